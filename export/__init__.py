@@ -1,0 +1,1 @@
+"""Turns a checkpoint into a model bundle (ONNX encoder, tokenizer, manifest)."""

@@ -1,0 +1,1 @@
+"""The `metricsearch` command line."""

@@ -1,0 +1,153 @@
+"""`metricsearch`: serve, index and export. Each subcommand imports only what it needs, so `serve` and `index`
+never import torch and `export` needs only the `train` extra."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import asdict, astuple
+from itertools import islice
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(help="Text similarity search for item-to-item recommendations.", no_args_is_help=True)
+
+
+def _fail(message: str) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=2)
+
+
+def _settings(**overrides: object):
+    from service.config import Settings
+
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+@app.command()
+def serve(
+    bundle: Annotated[Path | None, typer.Option(help="bundle folder (MS_BUNDLE_DIR)")] = None,
+    host: Annotated[str | None, typer.Option(help="bind address (MS_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="port (MS_PORT)")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
+) -> None:
+    """Run the HTTP service (one process; the embedded store is owned by one process at a time)."""
+    import uvicorn
+
+    from service.api.app import create_app
+    from service.errors import MetricSearchError
+    from service.logs import configure_logging
+    from service.runtime import build_runtime
+
+    settings = _settings(bundle_dir=bundle, host=host, port=port, data_dir=data_dir)
+    configure_logging(settings.log_level)
+    try:
+        runtime = build_runtime(settings)
+    except MetricSearchError as exc:
+        _fail(str(exc))
+    uvicorn.run(
+        create_app(runtime),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+
+
+@app.command()
+def index(
+    catalog: Annotated[Path, typer.Argument(help="catalog file: .csv (id,title,description,...) or .jsonl")],
+    url: Annotated[
+        str | None, typer.Option(help="a running service to post to; unset = write the embedded store")
+    ] = None,
+    api_key: Annotated[str | None, typer.Option(help="write key of the service at --url (MS_API_KEY)")] = None,
+    batch: Annotated[int, typer.Option(min=1, max=1000, help="items per request or encoder round")] = 256,
+    bundle: Annotated[Path | None, typer.Option(help="bundle folder, without --url (MS_BUNDLE_DIR)")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="embedded store folder, without --url (MS_DATA_DIR)")] = None,
+) -> None:
+    """Bulk-load a catalog, through a running service (--url) or straight into the store."""
+    import time
+
+    from tqdm import tqdm
+
+    from service.catalog_io import read_catalog
+    from service.errors import MetricSearchError
+
+    settings = _settings(bundle_dir=bundle, data_dir=data_dir, api_key=api_key)
+    started = time.perf_counter()
+    indexed = unchanged = 0
+    try:
+        items = read_catalog(catalog)
+        with _http_sender(url, settings) if url else _store_sender(settings) as send:
+            with tqdm(desc="indexing", unit="item") as bar:
+                while chunk := list(islice(items, batch)):
+                    done, same = send(chunk)
+                    indexed, unchanged = indexed + done, unchanged + same
+                    bar.update(len(chunk))
+    except MetricSearchError as exc:
+        _fail(str(exc))
+    seconds = time.perf_counter() - started
+    total = indexed + unchanged
+    typer.echo(f"indexed {indexed}, unchanged {unchanged} of {total} items in {seconds:.1f} s ({total / seconds:.0f}/s)")
+
+
+@contextmanager
+def _store_sender(settings):
+    """Index in-process into the embedded store (the service must not be running on the same data dir)."""
+    from service.runtime import build_runtime
+
+    runtime = build_runtime(settings)
+    try:
+        yield lambda chunk: astuple(runtime.catalog.index(chunk, settings.index_batch_size))
+    finally:
+        runtime.close()
+
+
+@contextmanager
+def _http_sender(url: str, settings):
+    """Post batches to a running service's /index."""
+    import httpx
+
+    from service.errors import InvalidInputError
+
+    headers = {"Authorization": f"Bearer {settings.api_key.get_secret_value()}"} if settings.api_key else {}
+
+    def send(chunk):
+        body = {"items": [asdict(i) | {"metadata": i.metadata or {}} for i in chunk]}
+        try:
+            response = client.post("/index", json=body)
+        except httpx.HTTPError as exc:
+            raise InvalidInputError(f"cannot reach {url}: {exc}") from exc
+        if response.status_code != 200:
+            raise InvalidInputError(f"{url}/index answered {response.status_code}: {response.text[:500]}")
+        data = response.json()
+        return data["indexed"], data["unchanged"]
+
+    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=300) as client:
+        yield send
+
+
+@app.command()
+def export(
+    out: Annotated[Path, typer.Option(help="bundle folder to write")],
+    model: Annotated[
+        Path | None, typer.Option(help="sentence-transformers folder; default: packaged all-MiniLM-L6-v2")
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="bundle name (default: from the model folder)")] = None,
+    title_weight: Annotated[float, typer.Option(min=0.0, help="weight of the title distance")] = 1.0,
+    description_weight: Annotated[float, typer.Option(min=0.0, help="weight of the description distance")] = 1.0,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing bundle folder")] = False,
+) -> None:
+    """Turn a checkpoint into a model bundle (needs the `train` extra: torch)."""
+    from export.onnx_export import export_bundle
+
+    path = export_bundle(
+        model, out, name=name, title_weight=title_weight, description_weight=description_weight, overwrite=overwrite
+    )
+    typer.echo(f"bundle written to {path}")
+
+
+if __name__ == "__main__":
+    app()

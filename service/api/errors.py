@@ -1,0 +1,78 @@
+"""The one place where domain errors become HTTP status codes, and every error body is `{"detail": "..."}`
+with a message a user can act on; never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service import errors
+
+log = logging.getLogger(__name__)
+
+STATUS = {
+    errors.InvalidInputError: 400,
+    errors.AuthMissingError: 401,
+    errors.AuthForbiddenError: 403,
+    errors.NotFoundError: 404,
+    errors.StoreMismatchError: 409,
+    errors.PayloadTooLargeError: 413,
+    errors.OverloadedError: 429,
+    errors.StoreUnavailableError: 503,
+    errors.BundleError: 503,
+}
+
+
+def status_of(exc: errors.MetricSearchError) -> int:
+    return next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
+
+
+def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+def _location(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc if part != "body") or "body"
+
+
+def describe_validation(exc: RequestValidationError) -> tuple[int, str]:
+    problems = exc.errors()
+    if any(p.get("type") == "json_invalid" for p in problems):
+        return 400, "request body is not valid JSON: send a JSON object with Content-Type: application/json"
+    if any(p.get("type") == "missing" and tuple(p.get("loc", ())) == ("body",) for p in problems):
+        return 400, "request body is empty: send a JSON object with Content-Type: application/json"
+    parts = []
+    for p in problems[:10]:
+        message = p.get("msg", "invalid").removeprefix("Value error, ")
+        if p.get("type") == "extra_forbidden":
+            message = "unknown field: remove it (see /docs for the fields this endpoint takes)"
+        parts.append(f"{_location(tuple(p.get('loc', ())))}: {message}")
+    more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+    return 422, "; ".join(parts) + more
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(errors.MetricSearchError)
+    async def _domain(request: Request, exc: errors.MetricSearchError) -> JSONResponse:
+        status = status_of(exc)
+        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, errors.OverloadedError) else None
+        if status == 401:
+            headers = {"WWW-Authenticate": "Bearer"}
+        return problem(status, str(exc), headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem(*describe_validation(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"path": request.url.path})
+        return problem(500, "internal error: the service log has the details")

@@ -1,0 +1,149 @@
+"""The model bundle: the one contract between the offline side (export/) and the service.
+
+A bundle is a folder holding `bundle.json` (the manifest defined here, once), an ONNX encoder and
+`tokenizer.json`. The manifest is validated on load; every problem becomes a `BundleError` that names
+the file and what to do about it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from service.errors import BundleError
+
+SCHEMA_VERSION = 1
+MANIFEST_FILE = "bundle.json"
+
+FieldName = Literal["title", "description"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EncoderSpec(_Strict):
+    """The ONNX graph: which file, what it takes and what it returns."""
+
+    file: str = "encoder.onnx"
+    inputs: list[str] = Field(min_length=1, description="ONNX input names fed from the tokenizer")
+    output: str = Field(description="ONNX output name read by the service")
+    output_kind: Literal["pooled", "tokens"] = Field(
+        description="pooled: one vector a text (pooling inside the graph); "
+        "tokens: masked token embeddings, pooled by the service (second-order pooling)"
+    )
+    dim: int = Field(gt=0, description="width of the output vectors")
+    precision: Literal["fp32", "fp16", "int8"] = "fp32"
+
+
+class FieldSpec(_Strict):
+    """An item field embedded on its own, and its weight in the per-field score."""
+
+    name: FieldName
+    weight: float = Field(ge=0.0)
+
+
+class Provenance(_Strict):
+    """Where the weights came from, so a served figure can be traced to its training run."""
+
+    base_model: str
+    objective: str = "off-the-shelf"
+    training_data_digest: str | None = None
+    exporter: str = ""
+    created_at: str = ""
+    evaluation: dict[str, float] = Field(default_factory=dict)
+    notes: str = ""
+
+
+class Manifest(_Strict):
+    """`bundle.json`, schema version 1 (docs/bundle.md)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    encoder: EncoderSpec
+    tokenizer: str = "tokenizer.json"
+    max_seq_length: int = Field(gt=0, le=8192)
+    pooling: Literal["mean", "cov", "svd"] = "mean"
+    rank_k: int | None = Field(default=None, gt=0)
+    normalize: bool = True
+    metric: Literal["angular", "cosine", "frobenius", "recobert"] = "angular"
+    fields: list[FieldSpec] = Field(
+        default_factory=lambda: [FieldSpec(name="title", weight=1.0), FieldSpec(name="description", weight=1.0)]
+    )
+    provenance: Provenance
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names) or not names:
+            raise ValueError(f"fields must name title and/or description once each, got {names}")
+        if names[0] != "title" or self.fields[0].weight <= 0:
+            raise ValueError(
+                "the first field must be 'title' with weight > 0: every item has a title, and items "
+                "without a description compare on it"
+            )
+        if self.pooling == "svd" and self.rank_k is None:
+            raise ValueError("pooling 'svd' needs rank_k")
+        if self.pooling == "mean" and self.encoder.output_kind != "pooled":
+            raise ValueError("pooling 'mean' expects an encoder with output_kind 'pooled'")
+        return self
+
+    def weight(self, field: FieldName) -> float:
+        """The field's weight, 0 when the bundle does not embed that field."""
+        return next((f.weight for f in self.fields if f.name == field), 0.0)
+
+
+class Bundle(BaseModel):
+    """A validated manifest and the folder it lives in."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    manifest: Manifest
+
+    @property
+    def encoder_path(self) -> Path:
+        return self.path / self.manifest.encoder.file
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.path / self.manifest.tokenizer
+
+
+def load_bundle(path: Path) -> Bundle:
+    """Read and validate a bundle folder; raise `BundleError` naming the file and the fix."""
+    manifest_path = Path(path) / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise BundleError(f"no {MANIFEST_FILE} in {path}: build a bundle with `metricsearch export --out {path}`")
+    try:
+        raw = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{manifest_path} is not readable JSON ({exc}): re-export the bundle") from exc
+    if not isinstance(raw, dict):
+        raise BundleError(f"{manifest_path} must hold a JSON object")
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BundleError(
+            f"{manifest_path} has schema_version {version!r}; this service reads version {SCHEMA_VERSION}: "
+            "re-export the bundle with this version's `metricsearch export`"
+        )
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}" for e in exc.errors())
+        raise BundleError(f"{manifest_path} is invalid: {problems}") from exc
+    bundle = Bundle(path=Path(path), manifest=manifest)
+    for needed in (bundle.encoder_path, bundle.tokenizer_path):
+        if not needed.is_file():
+            raise BundleError(f"{manifest_path} names {needed.name}, which is missing from {path}")
+    return bundle
+
+
+def write_manifest(manifest: Manifest, folder: Path) -> Path:
+    """Write `bundle.json` (used by export/); the one serialisation of the schema."""
+    target = Path(folder) / MANIFEST_FILE
+    target.write_text(manifest.model_dump_json(indent=2) + "\n")
+    return target

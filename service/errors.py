@@ -1,0 +1,47 @@
+"""Domain errors: raised anywhere in service/, mapped to HTTP status codes once, in api/errors.py."""
+
+from __future__ import annotations
+
+
+class MetricSearchError(Exception):
+    """Base of every error the service reports to a user; the message says what to fix."""
+
+
+class InvalidInputError(MetricSearchError):
+    """A request that is well-formed JSON but asks for something impossible (400)."""
+
+
+class AuthMissingError(MetricSearchError):
+    """No credentials where a key is required (401)."""
+
+
+class AuthForbiddenError(MetricSearchError):
+    """Credentials given but wrong (403)."""
+
+
+class NotFoundError(MetricSearchError):
+    """An item id that is not in the store (404)."""
+
+
+class PayloadTooLargeError(MetricSearchError):
+    """A request over a documented size limit (413)."""
+
+
+class OverloadedError(MetricSearchError):
+    """The encoding queue is full; the client should retry later (429)."""
+
+    def __init__(self, message: str, retry_after_s: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class StoreUnavailableError(MetricSearchError):
+    """Qdrant does not answer (503)."""
+
+
+class BundleError(MetricSearchError):
+    """A model bundle that is missing, malformed or of another schema version (startup error)."""
+
+
+class StoreMismatchError(MetricSearchError):
+    """A store built by a bundle whose vectors do not fit the loaded bundle (startup error)."""

@@ -1,0 +1,236 @@
+"""The HTTP API over real HTTP on 127.0.0.1: a subprocess service with the tiny BERT bundle and the embedded
+Qdrant engine."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import pytest
+
+from tests.service_process import ServiceProcess
+
+KEY = "write-secret"
+
+ITEMS = [
+    {
+        "id": "p1",
+        "title": "red cotton shirt",
+        "description": "a soft red shirt made of cotton",
+        "metadata": {"brand": "acme", "price": 20, "tags": ["summer", "shirt"], "stock": True},
+    },
+    {
+        "id": "p2",
+        "title": "blue cotton shirt",
+        "description": "a soft blue shirt made of cotton",
+        "metadata": {"brand": "acme", "price": 25.5, "tags": ["shirt"]},
+    },
+    {
+        "id": "p3",
+        "title": "leather boots",
+        "description": "brown leather boots for winter",
+        "metadata": {"brand": "boota", "price": 120, "tags": ["winter"]},
+    },
+    {"id": "p4", "title": "wool winter hat", "description": "", "metadata": {"brand": "hatco", "price": 15}},
+    {
+        "id": "p5",
+        "title": "running shoes",
+        "description": "light shoes for running on roads",
+        "metadata": {"brand": "boota", "price": 80},
+    },
+    {
+        "id": "p6",
+        "title": "green silk scarf",
+        "description": "a silk scarf in green",
+        "metadata": {"brand": "acme", "price": 40},
+    },
+]
+
+
+@pytest.fixture(scope="module")
+def service(tiny_bundle, tmp_path_factory):
+    process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("api") / "data", {"MS_API_KEY": KEY})
+    process.start()
+    with process.client(Authorization=f"Bearer {KEY}") as client:
+        response = client.post("/index", json={"items": ITEMS})
+        assert response.status_code == 200, response.text
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="module")
+def client(service):
+    with service.client(Authorization=f"Bearer {KEY}") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def anonymous(service):
+    with service.client() as c:
+        yield c
+
+
+def test_reindexing_the_same_items_changes_nothing(client):
+    assert client.post("/index", json={"items": ITEMS}).json() == {"indexed": 0, "unchanged": len(ITEMS)}
+
+
+def test_similar_by_id_excludes_the_item_and_ranks_by_score(client):
+    body = client.post("/similar", json={"id": "p1", "k": 5}).json()
+    ids = [r["id"] for r in body["results"]]
+    assert "p1" not in ids and len(ids) == 5
+    scores = [r["score"] for r in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+    assert body["model"] == "tiny-bert"
+    first = body["results"][0]
+    assert math.isclose(first["score"], first["scores"]["title"] + first["scores"]["description"], abs_tol=1e-5)
+
+
+def test_item_without_description_reports_no_description_score(client):
+    results = client.post("/similar", json={"id": "p4", "k": 5}).json()["results"]
+    assert all(r["scores"]["description"] is None for r in results)
+    assert all(math.isclose(r["score"], 2 * r["scores"]["title"], abs_tol=1e-5) for r in results)
+
+
+def test_similar_by_text_and_by_title_description(client):
+    by_text = client.post("/similar", json={"text": "red cotton shirt", "k": 3}).json()["results"]
+    assert by_text[0]["id"] == "p1"
+    by_fields = client.post(
+        "/similar", json={"title": "red cotton shirt", "description": "a soft red shirt made of cotton", "k": 2}
+    ).json()["results"]
+    assert by_fields[0]["id"] == "p1"
+    assert math.isclose(by_fields[0]["score"], 0.0, abs_tol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("flt", "expected"),
+    [
+        ({"brand": "acme"}, {"p2", "p6"}),
+        ({"brand": {"in": ["boota", "hatco"]}}, {"p3", "p4", "p5"}),
+        ({"price": {"gte": 20, "lte": 80}}, {"p2", "p5", "p6"}),
+        ({"price": 25.5}, {"p2"}),
+        ({"tags": "shirt"}, {"p2"}),
+        ({"brand": "acme", "price": {"lte": 30}}, {"p2"}),
+        ({"brand": "nobody"}, set()),
+    ],
+)
+def test_filters(client, flt, expected):
+    results = client.post("/similar", json={"id": "p1", "k": 10, "filter": flt}).json()["results"]
+    assert {r["id"] for r in results} == expected
+
+
+def test_exclude_ids(client):
+    results = client.post("/similar", json={"id": "p1", "k": 10, "exclude_ids": ["p2", "p3"]}).json()["results"]
+    assert {r["id"] for r in results} == {"p4", "p5", "p6"}
+
+
+def test_get_update_and_delete_item(client):
+    item = {"id": "tmp", "title": "temporary lamp", "description": "a desk lamp", "metadata": {"brand": "x"}}
+    assert client.post("/index", json={"items": [item]}).json() == {"indexed": 1, "unchanged": 0}
+    assert client.get("/items/tmp").json() == item
+    changed = {**item, "metadata": {"brand": "y"}}
+    assert client.post("/index", json={"items": [changed]}).json() == {"indexed": 1, "unchanged": 0}
+    assert client.get("/items/tmp").json()["metadata"] == {"brand": "y"}
+    assert client.delete("/items/tmp").status_code == 204
+    assert client.get("/items/tmp").status_code == 404
+    assert client.delete("/items/tmp").status_code == 404
+
+
+def test_duplicate_ids_in_one_batch_last_wins(client):
+    first = {"id": "dup", "title": "first version", "description": ""}
+    last = {"id": "dup", "title": "last version", "description": ""}
+    assert client.post("/index", json={"items": [first, last]}).json()["indexed"] == 1
+    assert client.get("/items/dup").json()["title"] == "last version"
+    client.delete("/items/dup")
+
+
+def test_unknown_id_is_404(client):
+    response = client.post("/similar", json={"id": "nope"})
+    assert response.status_code == 404 and "nope" in response.json()["detail"]
+
+
+def _count(client) -> int:
+    return client.get("/readyz").json()["items"]
+
+
+BAD_REQUESTS = [
+    ("empty body", "/similar", b"", 400, "empty"),
+    ("malformed json", "/similar", b"{not json", 400, "not valid JSON"),
+    ("unknown field", "/similar", {"id": "p1", "kk": 3}, 422, "unknown field"),
+    ("id and text", "/similar", {"id": "p1", "text": "x"}, 422, "exactly one"),
+    ("no query", "/similar", {"k": 3}, 422, "exactly one"),
+    ("k zero", "/similar", {"id": "p1", "k": 0}, 422, "k"),
+    ("k 101", "/similar", {"id": "p1", "k": 101}, 422, "k"),
+    ("description alone", "/similar", {"description": "x"}, 422, "only allowed together with title"),
+    ("bad filter", "/similar", {"id": "p1", "filter": {"price": {"gt": 3}}}, 422, "filter"),
+    ("huge text query", "/similar", {"text": "x" * 100_000}, 413, "MS_MAX_DESCRIPTION_CHARS"),
+    ("1001 items", "/index", {"items": [{"id": str(i), "title": "t"} for i in range(1001)]}, 413, "limit is 1000"),
+    ("empty items", "/index", {"items": []}, 422, "items"),
+    ("empty title", "/index", {"items": [{"id": "e", "title": ""}]}, 422, "title"),
+    ("blank title", "/index", {"items": [{"id": "e", "title": "   "}]}, 422, "whitespace"),
+    (
+        "100 KB description",
+        "/index",
+        {"items": [{"id": "e", "title": "t", "description": "x" * 100_000}]},
+        413,
+        "MS_MAX_DESCRIPTION_CHARS",
+    ),
+    ("NaN metadata", "/index", b'{"items": [{"id": "e", "title": "t", "metadata": {"price": NaN}}]}', 422, "metadata"),
+    ("nested metadata", "/index", {"items": [{"id": "e", "title": "t", "metadata": {"a": {"b": 1}}}]}, 422, "metadata"),
+    ("unknown item field", "/index", {"items": [{"id": "e", "title": "t", "colour": "red"}]}, 422, "unknown field"),
+]
+
+
+@pytest.mark.parametrize(("name", "path", "body", "status", "message"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+def test_bad_input_is_a_clear_4xx_and_stores_nothing(client, name, path, body, status, message):
+    before = _count(client)
+    if isinstance(body, bytes):
+        response = client.post(path, content=body, headers={"Content-Type": "application/json"})
+    else:
+        response = client.post(path, json=body)
+    assert response.status_code == status, response.text
+    assert message in response.json()["detail"]
+    assert _count(client) == before
+    assert client.get("/items/p1").status_code == 200
+
+
+def test_body_over_the_cap_is_413_before_parsing(service):
+    with service.client(Authorization=f"Bearer {KEY}") as c:
+        response = c.post("/index", content=b"x" * (33 * 1024 * 1024), headers={"Content-Type": "application/json"})
+    assert response.status_code == 413 and "MS_MAX_BODY_BYTES" in response.json()["detail"]
+
+
+def test_writes_need_the_key(anonymous, service):
+    item = {"items": [{"id": "k", "title": "t"}]}
+    missing = anonymous.post("/index", json=item)
+    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
+    wrong = anonymous.post("/index", json=item, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 403 and "nope" not in wrong.text
+    assert anonymous.delete("/items/p1").status_code == 401
+    assert anonymous.get("/items/k").status_code == 404  # nothing was written
+    assert anonymous.post("/similar", json={"id": "p1"}).status_code == 200  # reads are open without a read key
+
+
+def test_ops_endpoints(anonymous):
+    assert anonymous.get("/healthz").json() == {"status": "ok"}
+    ready = anonymous.get("/readyz").json()
+    assert ready["status"] == "ready" and ready["items"] >= len(ITEMS)
+    manifest = anonymous.get("/model").json()
+    assert manifest["name"] == "tiny-bert" and manifest["schema_version"] == 1
+    assert "/similar" in anonymous.get("/openapi.json").json()["paths"]
+    anonymous.post("/similar", json={"id": "p1"})
+    metrics = anonymous.get("/metrics").text
+    assert 'metricsearch_request_seconds_count{method="POST",route="/similar",status="200"}' in metrics
+    assert "metricsearch_items " in metrics
+    assert "metricsearch_query_batch_texts_count" in metrics
+
+
+def test_read_key_when_configured(tiny_bundle, tmp_path):
+    process = ServiceProcess(tiny_bundle, tmp_path / "data", {"MS_API_KEY": KEY, "MS_READ_API_KEY": "reader"})
+    process.start()
+    try:
+        assert httpx.post(f"{process.url}/similar", json={"text": "x"}).status_code == 401
+        ok = httpx.post(f"{process.url}/similar", json={"text": "x"}, headers={"Authorization": "Bearer reader"})
+        assert ok.status_code == 200
+        assert httpx.get(f"{process.url}/healthz").status_code == 200
+    finally:
+        process.stop()
