@@ -80,17 +80,19 @@ def index(
     indexed = unchanged = 0
     try:
         items = read_catalog(catalog)
-        with _http_sender(url, settings) if url else _store_sender(settings) as send:
-            with tqdm(desc="indexing", unit="item") as bar:
-                while chunk := list(islice(items, batch)):
-                    done, same = send(chunk)
-                    indexed, unchanged = indexed + done, unchanged + same
-                    bar.update(len(chunk))
+        sender = _http_sender(url, settings) if url else _store_sender(settings)
+        with sender as send, tqdm(desc="indexing", unit="item") as bar:
+            while chunk := list(islice(items, batch)):
+                done, same = send(chunk)
+                indexed, unchanged = indexed + done, unchanged + same
+                bar.update(len(chunk))
     except MetricSearchError as exc:
         _fail(str(exc))
     seconds = time.perf_counter() - started
     total = indexed + unchanged
-    typer.echo(f"indexed {indexed}, unchanged {unchanged} of {total} items in {seconds:.1f} s ({total / seconds:.0f}/s)")
+    typer.echo(
+        f"indexed {indexed}, unchanged {unchanged} of {total} items in {seconds:.1f} s ({total / seconds:.0f}/s)"
+    )
 
 
 @contextmanager
@@ -138,14 +140,26 @@ def export(
     name: Annotated[str | None, typer.Option(help="bundle name (default: from the model folder)")] = None,
     title_weight: Annotated[float, typer.Option(min=0.0, help="weight of the title distance")] = 1.0,
     description_weight: Annotated[float, typer.Option(min=0.0, help="weight of the description distance")] = 1.0,
+    max_seq_length: Annotated[
+        int | None, typer.Option(min=1, help="truncate texts at this many tokens (default: the model's)")
+    ] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle folder")] = False,
 ) -> None:
     """Turn a checkpoint into a model bundle (needs the `train` extra: torch)."""
-    from export.onnx_export import export_bundle
+    from export.onnx_export import ExportError, export_bundle
 
-    path = export_bundle(
-        model, out, name=name, title_weight=title_weight, description_weight=description_weight, overwrite=overwrite
-    )
+    try:
+        path = export_bundle(
+            model,
+            out,
+            name=name,
+            title_weight=title_weight,
+            description_weight=description_weight,
+            max_seq_length=max_seq_length,
+            overwrite=overwrite,
+        )
+    except ExportError as exc:
+        _fail(str(exc))
     typer.echo(f"bundle written to {path}")
 
 

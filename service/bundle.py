@@ -7,7 +7,10 @@ the file and what to do about it.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
@@ -96,10 +99,9 @@ class Manifest(_Strict):
         return next((f.weight for f in self.fields if f.name == field), 0.0)
 
 
-class Bundle(BaseModel):
+@dataclass(frozen=True)
+class Bundle:
     """A validated manifest and the folder it lives in."""
-
-    model_config = ConfigDict(frozen=True)
 
     path: Path
     manifest: Manifest
@@ -111,6 +113,17 @@ class Bundle(BaseModel):
     @property
     def tokenizer_path(self) -> Path:
         return self.path / self.manifest.tokenizer
+
+    @cached_property
+    def identity(self) -> str:
+        """What a store's vectors depend on: the bundle name, the encoder's bytes and the field weights. A store
+        built under another identity holds vectors this bundle would not produce."""
+        digest = hashlib.sha256()
+        with self.encoder_path.open("rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        weights = ",".join(f"{f.name}={f.weight:g}" for f in self.manifest.fields)
+        return f"{self.manifest.name} (encoder sha256 {digest.hexdigest()[:12]}, weights {weights})"
 
 
 def load_bundle(path: Path) -> Bundle:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service import scoring
-from service.bundle import Manifest
+from service.bundle import Bundle, Manifest
 from service.encoder import Encoder
 from service.errors import InvalidInputError, NotFoundError
 from service.store.base import Condition, MetadataValue, Store, StoredItem, VectorSchema
@@ -54,9 +54,12 @@ def content_hash(title: str, description: str) -> str:
     return hashlib.sha256(f"{title}\x1f{description}".encode()).hexdigest()[:32]
 
 
-def vector_schema(manifest: Manifest) -> VectorSchema:
+def vector_schema(bundle: Bundle) -> VectorSchema:
+    manifest = bundle.manifest
     fields = [f for f in manifest.fields if f.weight > 0]
-    return VectorSchema(sizes={ANN_VECTOR: manifest.encoder.dim * len(fields)}, ann=ANN_VECTOR, identity=manifest.name)
+    return VectorSchema(
+        sizes={ANN_VECTOR: manifest.encoder.dim * len(fields)}, ann=ANN_VECTOR, identity=bundle.identity
+    )
 
 
 class Catalog:

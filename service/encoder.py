@@ -44,8 +44,7 @@ class Encoder:
         self.tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=self.max_length)
-        padding = self.tokenizer.get_vocab().get("[PAD]", 0)
-        self._pad_id = padding
+        self._pad_id = self.tokenizer.token_to_id("[PAD]") or 0
 
         options = ort.SessionOptions()
         options.intra_op_num_threads = intra_op_threads
@@ -59,6 +58,10 @@ class Encoder:
         graph_inputs = {i.name for i in self.session.get_inputs()}
         if set(self._inputs) != graph_inputs:
             raise BundleError(f"bundle.json lists inputs {self._inputs} but the graph takes {sorted(graph_inputs)}")
+        outputs = {o.name: o.shape for o in self.session.get_outputs()}
+        width = outputs.get(self._output, [None])[-1]
+        if self._output not in outputs or (isinstance(width, int) and width != self.dim):
+            raise BundleError(f"bundle.json says output {self._output!r} of width {self.dim}; the graph has {outputs}")
         log.info("encoder loaded", extra={"providers": self.session.get_providers(), "dim": self.dim})
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:

@@ -12,6 +12,7 @@ from service.bundle import Bundle, load_bundle
 from service.catalog import Catalog, vector_schema
 from service.config import Settings
 from service.encoder import Encoder
+from service.errors import BundleError
 from service.metrics import Metrics
 from service.store import open_store
 from service.store.base import Store
@@ -39,8 +40,14 @@ def build_runtime(settings: Settings) -> Runtime:
     # BLAS threads would fight the request threads for 2 cores (measured: 42 vs 417 req/s); the reranks are small.
     threadpool_limits(limits=1)
     bundle = load_bundle(settings.bundle_dir)
+    manifest = bundle.manifest
+    if (manifest.pooling, manifest.metric) != ("mean", "angular"):
+        raise BundleError(
+            f"{settings.bundle_dir}: pooling {manifest.pooling!r} with metric {manifest.metric!r} is not served by "
+            "this version (it serves pooling 'mean' with metric 'angular'): export the bundle with those"
+        )
     encoder = Encoder(bundle, settings.providers, settings.intra_op_threads)
-    store = open_store(settings, vector_schema(bundle.manifest))
+    store = open_store(settings, vector_schema(bundle))
     catalog = Catalog(
         bundle.manifest,
         encoder,

@@ -74,11 +74,11 @@ class SimilarRequest(_Body):
 
     @model_validator(mode="after")
     def _exactly_one_query(self) -> SimilarRequest:
+        if self.description is not None and self.title is None:
+            raise ValueError("description is only allowed together with title")
         given = [name for name in ("id", "text", "title") if getattr(self, name) is not None]
         if len(given) != 1:
             raise ValueError(f"give exactly one of id, text or title (+ description); got {given or 'none'}")
-        if self.description is not None and self.title is None:
-            raise ValueError("description is only allowed together with title")
         return self
 
     def conditions(self) -> list[Condition]:
