@@ -120,7 +120,7 @@ def synthetic_store(bundle: Path, n: int, data_dir: Path, seed: int = 0) -> list
     rng = np.random.default_rng(seed)
     dim, rank = manifest.encoder.dim, 48
     basis = rng.standard_normal((rank, dim)).astype(np.float32)
-    store = open_store(Settings(data_dir=data_dir), vector_schema(loaded))
+    store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(loaded))
     weights = [f.weight for f in manifest.fields if f.weight > 0]
     ids = [f"s{i}" for i in range(n)]
     for start in tqdm(range(0, n, 2000), desc=f"synthetic {n}", unit="batch"):
@@ -141,7 +141,10 @@ def synthetic_store(bundle: Path, n: int, data_dir: Path, seed: int = 0) -> list
                 for j in range(size)
             ]
         )
-    store.optimize_now()
+    store.optimize_now()  # bulk load done: build HNSW now, in its child process
+    store.wait_for_maintenance()
+    if not store.has_hnsw:
+        raise RuntimeError(f"no HNSW index was built for {n} synthetic items")
     store.close()
     return ids
 

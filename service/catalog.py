@@ -177,23 +177,27 @@ class Catalog:
         ann = scoring.pack(query.fields[None, :, :] * query.present[None, :, None], self.weights)[0]
         limit = max(self._candidates_min, self._candidates_factor * k)
         found = self.store.search(ann, limit, conditions, exclude_ids)
-        if not found.items:
+        if not found.ids:
             return []
         candidates, candidates_present = scoring.unpack(found.vectors[ANN_VECTOR], len(self.fields))
         distances = scoring.per_field_distances(query.fields, query.present, candidates, candidates_present)
         scores = scoring.per_field_score(distances, self.weights)
         both = candidates_present & query.present[None, :]
+        best = scoring.top_k(scores, k)
+        # Payloads only for the k kept; an item deleted since the search is left out.
+        stored = self.store.get([found.ids[i] for i in best])
         return [
             Match(
-                id=found.items[i].id,
+                id=item.id,
                 score=float(scores[i]),
-                title=found.items[i].title,
-                metadata=found.items[i].metadata,
+                title=item.title,
+                metadata=item.metadata,
                 field_scores={
                     name: (float(-distances[i, col]) if both[i, col] else None) for col, name in enumerate(self.fields)
                 },
             )
-            for i in scoring.top_k(scores, k)
+            for i in best
+            if (item := stored.get(found.ids[i])) is not None
         ]
 
     def count(self) -> int:

@@ -65,9 +65,10 @@ class StoredItem:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """ANN hits best first; `vectors[name]` is an (n_hits, size) float32 matrix aligned with `items`."""
+    """ANN hits best first: item ids, scores and `vectors[name]`, an (n_hits, size) float32 matrix aligned with
+    `ids`. No payloads: a rerank needs only vectors, and `get` fetches the few items it keeps."""
 
-    items: list[StoredItem]
+    ids: list[str]
     scores: np.ndarray
     vectors: dict[str, np.ndarray]
 
@@ -89,7 +90,7 @@ class Store(Protocol):
         conditions: Sequence[Condition] = (),
         exclude_ids: Sequence[str] = (),
     ) -> SearchResult:
-        """Nearest neighbours of `vector` on the schema's ANN vector, with payloads and all vectors."""
+        """Nearest neighbours of `vector` on the schema's ANN vector, with all their vectors."""
 
     def count(self) -> int: ...
 

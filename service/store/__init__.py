@@ -1,0 +1,22 @@
+"""The only package that talks to Qdrant: `open_store` picks the embedded shard or a Qdrant server from settings."""
+
+from __future__ import annotations
+
+from service.config import Settings
+from service.store.base import Store, VectorSchema
+from service.store.edge import EdgeStore
+from service.store.remote import RemoteStore
+
+__all__ = ["EdgeStore", "RemoteStore", "Store", "open_store"]
+
+
+def open_store(settings: Settings, schema: VectorSchema) -> Store:
+    """The embedded store under `data_dir/collection` when no `qdrant_url` is set, else the server's collection."""
+    if settings.qdrant_url is None:
+        return EdgeStore(
+            settings.data_dir / settings.collection, schema, optimize_after_writes=settings.optimize_after_writes
+        )
+    api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+    return RemoteStore.connect(
+        settings.qdrant_url, settings.collection, schema, api_key=api_key, timeout_s=settings.qdrant_timeout_s
+    )

@@ -1,0 +1,40 @@
+"""The in-memory vector mirror: rows are reused after removal, growth keeps contents, vectors come back unit-norm."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from service.store.mirror import VectorMirror
+
+
+def test_put_take_replace_remove_and_reuse():
+    mirror = VectorMirror({"v": 3})
+    mirror.put(["a", "b"], ["A", "B"], {"v": np.array([[3.0, 0, 0], [0, 2.0, 0]])})
+    ids, vectors = mirror.take(["b", "a"])
+    assert ids == ["B", "A"]
+    np.testing.assert_allclose(vectors["v"], [[0, 1, 0], [1, 0, 0]])
+    mirror.put(["a"], ["A"], {"v": np.array([[0, 0, 5.0]])})
+    np.testing.assert_allclose(mirror.take(["a"])[1]["v"], [[0, 0, 1]])
+    mirror.remove(["a", "never-put"])
+    assert len(mirror) == 1
+    with pytest.raises(KeyError):
+        mirror.take(["a"])
+    mirror.put(["c"], ["C"], {"v": np.zeros((1, 3))})  # reuses a's row; a zero vector stays zero
+    assert len(mirror) == 2 and mirror.nbytes == 1024 * 3 * 4
+    ids, vectors = mirror.take(["c", "b"])
+    assert ids == ["C", "B"]
+    np.testing.assert_allclose(vectors["v"], [[0, 0, 0], [0, 1, 0]])
+
+
+def test_growth_keeps_every_row():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(5000, 4)).astype(np.float32)
+    mirror = VectorMirror({"v": 4})
+    for start in range(0, 5000, 700):
+        ids = [str(i) for i in range(start, min(start + 700, 5000))]
+        mirror.put(ids, [f"x{i}" for i in ids], {"v": vectors[start : start + 700]})
+    expected = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids, taken = mirror.take([str(i) for i in range(5000)])
+    assert ids == [f"x{i}" for i in range(5000)]
+    np.testing.assert_allclose(taken["v"], expected, atol=1e-6)
