@@ -53,6 +53,7 @@ def serve(
         log_config=None,
         access_log=False,
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=settings.keep_alive_s,
     )
 
 

@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="port uvicorn binds")
     api_key: SecretStr | None = Field(None, description="key required on /index and DELETE; unset = writes open")
     read_api_key: SecretStr | None = Field(None, description="key required on reads; unset = reads open")
+    keep_alive_s: int = Field(75, gt=0, description="idle keep-alive connections are closed after this (uvicorn)")
     log_level: str = Field("info", description="log level of the JSON logs")
 
     # --- limits (README: limits table)

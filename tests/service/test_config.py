@@ -1,0 +1,35 @@
+"""Settings: every field is an MS_ variable documented in the README, and the serving path never imports torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from service.config import Settings
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_every_setting_is_documented_in_the_readme():
+    readme = README.read_text()
+    missing = [f"MS_{name.upper()}" for name in Settings.model_fields if f"MS_{name.upper()}" not in readme]
+    assert not missing, f"README.md lacks {missing}"
+
+
+def test_env_variables_override_defaults(monkeypatch):
+    monkeypatch.setenv("MS_PORT", "9123")
+    monkeypatch.setenv("MS_API_KEY", "s3cret")
+    settings = Settings()
+    assert settings.port == 9123
+    assert settings.api_key.get_secret_value() == "s3cret" and "s3cret" not in repr(settings)
+
+
+def test_serving_path_imports_no_torch_trainer_or_export():
+    code = (
+        "import sys, service.api.app, service.runtime, metricsearch.cli; "
+        "bad = [m for m in ('torch', 'trainer', 'export', 'transformers') if m in sys.modules]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
