@@ -17,7 +17,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 @pytest.fixture(scope="session")
 def tiny_bundle(tmp_path_factory) -> Path:
     from export.onnx_export import export_bundle
-
     from tests.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("tiny")
