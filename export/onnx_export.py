@@ -53,6 +53,8 @@ def export_bundle(
     name: str | None = None,
     title_weight: float = 1.0,
     description_weight: float = 1.0,
+    metric: str = "angular",
+    recobert_lambdas: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0),
     max_seq_length: int | None = None,
     objective: str = "off-the-shelf",
     base_model: str | None = None,
@@ -63,6 +65,8 @@ def export_bundle(
     The bundle is built in a sibling temp folder, validated with `load_bundle`, then renamed into place, so
     a failed export never leaves half a bundle. A non-empty `out_dir` is replaced only with `overwrite=True`.
     `base_model` goes into the provenance; it defaults to the packaged model's id or the folder's path.
+    `metric` is the rerank the service runs: 'angular' (MetricBERT's per-field sum, weighted by the field weights)
+    or 'recobert' (RecoBERT's four z-normalised scores, weighted by `recobert_lambdas`).
     """
     started = time.perf_counter()
     out_dir = Path(out_dir)
@@ -96,7 +100,8 @@ def export_bundle(
             max_seq_length=seq_len,
             pooling="mean",
             normalize=True,
-            metric="angular",
+            metric=metric,
+            recobert_lambdas=recobert_lambdas,
             fields=[
                 FieldSpec(name="title", weight=title_weight),
                 FieldSpec(name="description", weight=description_weight),

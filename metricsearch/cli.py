@@ -141,6 +141,9 @@ def export(
     name: Annotated[str | None, typer.Option(help="bundle name (default: from the model folder)")] = None,
     title_weight: Annotated[float, typer.Option(min=0.0, help="weight of the title distance")] = 1.0,
     description_weight: Annotated[float, typer.Option(min=0.0, help="weight of the description distance")] = 1.0,
+    metric: Annotated[
+        str, typer.Option(help="rerank: 'angular' (per-field angular sum) or 'recobert' (RecoBERT's 4-score fusion)")
+    ] = "angular",
     max_seq_length: Annotated[
         int | None, typer.Option(min=1, help="truncate texts at this many tokens (default: the model's)")
     ] = None,
@@ -156,6 +159,7 @@ def export(
             name=name,
             title_weight=title_weight,
             description_weight=description_weight,
+            metric=metric,
             max_seq_length=max_seq_length,
             overwrite=overwrite,
         )

@@ -73,6 +73,9 @@ class Manifest(_Strict):
     rank_k: int | None = Field(default=None, gt=0)
     normalize: bool = True
     metric: Literal["angular", "cosine", "frobenius", "recobert"] = "angular"
+    recobert_lambdas: tuple[float, float, float, float] = Field(
+        (1.0, 1.0, 1.0, 1.0), description="metric 'recobert': weights of CosD, CosT, TDM(t_m, d_s), TDM(t_s, d_m)"
+    )
     fields: list[FieldSpec] = Field(
         default_factory=lambda: [FieldSpec(name="title", weight=1.0), FieldSpec(name="description", weight=1.0)]
     )
@@ -90,6 +93,11 @@ class Manifest(_Strict):
             )
         if self.pooling == "svd" and self.rank_k is None:
             raise ValueError("pooling 'svd' needs rank_k")
+        if self.metric == "recobert" and [(f.name, f.weight > 0) for f in self.fields] != [
+            ("title", True),
+            ("description", True),
+        ]:
+            raise ValueError("metric 'recobert' needs the fields title and description, both with weight > 0")
         if self.pooling == "mean" and self.encoder.output_kind != "pooled":
             raise ValueError("pooling 'mean' expects an encoder with output_kind 'pooled'")
         return self

@@ -181,7 +181,12 @@ class Catalog:
             return []
         candidates, candidates_present = scoring.unpack(found.vectors[ANN_VECTOR], len(self.fields))
         distances = scoring.per_field_distances(query.fields, query.present, candidates, candidates_present)
-        scores = scoring.per_field_score(distances, self.weights)
+        if self.manifest.metric == "recobert":
+            scores = scoring.recobert_score(
+                query.fields, query.present, candidates, candidates_present, self.manifest.recobert_lambdas
+            )
+        else:
+            scores = scoring.per_field_score(distances, self.weights)
         both = candidates_present & query.present[None, :]
         best = scoring.top_k(scores, k)
         # Payloads only for the k kept; an item deleted since the search is left out.

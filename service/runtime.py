@@ -41,10 +41,10 @@ def build_runtime(settings: Settings) -> Runtime:
     threadpool_limits(limits=1)
     bundle = load_bundle(settings.bundle_dir)
     manifest = bundle.manifest
-    if (manifest.pooling, manifest.metric) != ("mean", "angular"):
+    if manifest.pooling != "mean" or manifest.metric not in ("angular", "recobert"):
         raise BundleError(
             f"{settings.bundle_dir}: pooling {manifest.pooling!r} with metric {manifest.metric!r} is not served by "
-            "this version (it serves pooling 'mean' with metric 'angular'): export the bundle with those"
+            "this version (it serves pooling 'mean' with metric 'angular' or 'recobert'): export the bundle with those"
         )
     encoder = Encoder(bundle, settings.providers, settings.intra_op_threads)
     store = open_store(settings, vector_schema(bundle))

@@ -62,6 +62,33 @@ def per_field_score(distances: np.ndarray, weights: Sequence[float]) -> np.ndarr
     return -(distances @ np.asarray(weights, dtype=np.float64))
 
 
+def zscore(scores: np.ndarray) -> np.ndarray:
+    """Zero mean, unit variance over the candidates (axis 0); a constant column becomes zeros."""
+    std = scores.std(axis=0)
+    return (scores - scores.mean(axis=0)) / np.where(std > EPS, std, 1.0)
+
+
+def recobert_score(
+    query: np.ndarray,
+    query_present: np.ndarray,
+    candidates: np.ndarray,
+    candidates_present: np.ndarray,
+    lambdas: Sequence[float],
+) -> np.ndarray:
+    """RecoBERT's inference (recobert.txt eq. 3) over (title, description) unit vectors: CosD, CosT and the TDM
+    head (1 + cos) / 2 on (candidate title, seed description) and (seed title, candidate description), each
+    z-normalised over the candidates, summed with `lambdas`. A missing description is stood in for by the title.
+    """
+    seed = np.where(query_present[:, None], query, query[:1])
+    cand = np.where(candidates_present[:, :, None], candidates, candidates[:, :1])
+    t_s, d_s = seed[0], seed[1]
+    t_m, d_m = cand[:, 0], cand[:, 1]
+    parts = np.stack(
+        [d_m @ d_s, t_m @ t_s, (1.0 + t_m @ d_s) / 2.0, (1.0 + d_m @ t_s) / 2.0], axis=1
+    )  # (n, 4): CosD, CosT, TDM(t_m, d_s), TDM(t_s, d_m)
+    return zscore(parts) @ np.asarray(lambdas, dtype=np.float64)
+
+
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k best scores, best first; ties keep the input (ANN) order."""
     order = np.argsort(-scores, kind="stable")

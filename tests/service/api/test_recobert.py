@@ -1,0 +1,51 @@
+"""A bundle whose manifest says metric 'recobert' is served with RecoBERT's fused rerank over the ANN candidates."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+
+from service import scoring
+from service.bundle import load_bundle
+from service.encoder import Encoder
+from tests.service.api.test_api import ITEMS
+from tests.service_process import ServiceProcess
+
+
+def test_recobert_bundle_reranks_by_fused_scores(tiny_bundle, tmp_path):
+    bundle = tmp_path / "recobert"
+    shutil.copytree(tiny_bundle, bundle)
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    manifest.update(metric="recobert", recobert_lambdas=[1.0, 1.0, 0.5, 0.5])
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+
+    process = ServiceProcess(bundle, tmp_path / "data", {})
+    process.start()
+    try:
+        with process.client() as client:
+            assert client.post("/index", json={"items": ITEMS}).status_code == 200
+            assert client.get("/model").json()["metric"] == "recobert"
+            results = client.post("/similar", json={"id": "p1", "k": 5}).json()["results"]
+    finally:
+        process.stop()
+
+    # The same fusion computed here from the bundle's own encoder, over the same candidates (every other item).
+    encoder = Encoder(load_bundle(bundle))
+    by_id = {item["id"]: item for item in ITEMS}
+    others = [i for i in ITEMS if i["id"] != "p1"]
+
+    def fields(item):
+        vectors = np.zeros((2, encoder.dim), dtype=np.float32)
+        vectors[0] = encoder.encode([item["title"]])[0]
+        if item["description"]:
+            vectors[1] = encoder.encode([item["description"]])[0]
+        return vectors
+
+    query, query_present = scoring.unpack(scoring.pack(fields(by_id["p1"])[None], [1.0, 1.0]), 2)
+    cands, cands_present = scoring.unpack(scoring.pack(np.stack([fields(i) for i in others]), [1.0, 1.0]), 2)
+    expected = scoring.recobert_score(query[0], query_present[0], cands, cands_present, (1.0, 1.0, 0.5, 0.5))
+    order = np.argsort(-expected, kind="stable")
+    assert [r["id"] for r in results] == [others[i]["id"] for i in order]
+    np.testing.assert_allclose([r["score"] for r in results], expected[order], atol=1e-4)
