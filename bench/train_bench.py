@@ -1,0 +1,263 @@
+"""Training benchmark: fine-tune MetricBERT on the text of Abt-Buy (never on its gold matches), export it, and
+score item-to-item retrieval through the service's encoder and scoring code, next to TF-IDF and the off-the-shelf
+model measured in the same run; the paper's ablation switches at a smaller budget; SBERT siamese fine-tuning on
+STS-B train, Spearman on test. Prints the tables and writes the "Training" section of BENCHMARKS.md.
+
+    .venv/bin/python -m bench.train_bench [--budget-s 1800] [--ablation-budget-s 300] [--sts-budget-s 600]
+
+Retrieval: each Abt product ranks all 1,092 Buy products; its gold match(es) are the hits (ties pessimistic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+from sklearn.feature_extraction.text import TfidfVectorizer
+
+from bench.report import write_section
+from service import scoring
+from service.bundle import load_bundle
+from service.encoder import Encoder
+from trainer.metrics import pessimistic_rank, ranking_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared/data/raw"
+DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class Product:
+    id: str
+    title: str
+    description: str
+
+
+def _read_products(path: Path, encoding: str) -> list[Product]:
+    with path.open(newline="", encoding=encoding) as f:
+        return [
+            Product(row["id"], row["name"].strip(), (row["description"] or "").strip()) for row in csv.DictReader(f)
+        ]
+
+
+def abt_buy() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
+    abt = _read_products(DATA / "abt_buy/Abt.csv", "latin-1")
+    buy = _read_products(DATA / "abt_buy/Buy.csv", "utf-8")
+    gold: dict[str, set[str]] = {}
+    with (DATA / "abt_buy/abt_buy_perfectMapping.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            gold.setdefault(row["idAbt"], set()).add(row["idBuy"])
+    return abt, buy, gold
+
+
+def write_training_catalog(abt: list[Product], buy: list[Product], path: Path) -> Path:
+    """Both catalogs' texts as one unlabelled catalog (JSONL); no gold mapping goes in."""
+    with path.open("w") as f:
+        for prefix, products in (("abt", abt), ("buy", buy)):
+            for p in products:
+                f.write(json.dumps({"id": f"{prefix}-{p.id}", "title": p.title, "description": p.description}) + "\n")
+    return path
+
+
+def retrieval(scores: np.ndarray, abt: list[Product], buy: list[Product], gold: dict[str, set[str]]) -> dict:
+    """Metrics from an (n_abt, n_buy) score matrix."""
+    column = {p.id: j for j, p in enumerate(buy)}
+    ranks = [
+        pessimistic_rank(scores[i], [column[b] for b in gold[p.id] if b in column])
+        for i, p in enumerate(abt)
+        if p.id in gold
+    ]
+    return ranking_metrics(ranks, len(buy), ks=(1, 10))
+
+
+def field_vectors(encoder: Encoder, products: list[Product]) -> np.ndarray:
+    """(n, 2, dim) title and description unit vectors, zeros for a missing description (as the service stores)."""
+    vectors = np.zeros((len(products), 2, encoder.dim), dtype=np.float32)
+    vectors[:, 0] = encoder.encode([p.title for p in products])
+    with_description = [i for i, p in enumerate(products) if p.description]
+    vectors[with_description, 1] = encoder.encode([products[i].description for i in with_description])
+    return vectors
+
+
+def bundle_scores(bundle: Path, abt, buy, weights: tuple[float, float] | None = None) -> np.ndarray:
+    """The service's rerank over every Buy product: pack, unpack, per-field scores with the bundle's metric."""
+    loaded = load_bundle(bundle)
+    manifest = loaded.manifest
+    weights = weights or (manifest.weight("title"), manifest.weight("description"))
+    encoder = Encoder(loaded)
+    used = [w for w in weights if w > 0]
+    queries, query_present = scoring.unpack(scoring.pack(field_vectors(encoder, abt)[:, : len(used)], used), len(used))
+    cands, cands_present = scoring.unpack(scoring.pack(field_vectors(encoder, buy)[:, : len(used)], used), len(used))
+    rows = []
+    for q, present in zip(queries, query_present, strict=True):
+        if manifest.metric == "recobert":
+            rows.append(scoring.recobert_score(q, present, cands, cands_present, manifest.recobert_lambdas))
+        else:
+            distances = scoring.per_field_distances(q, present, cands, cands_present)
+            rows.append(scoring.per_field_score(distances, used))
+    return np.stack(rows)
+
+
+def tfidf_scores(abt, buy) -> np.ndarray:
+    text = [f"{p.title} {p.description}" for p in abt + buy]
+    matrix = TfidfVectorizer(sublinear_tf=True).fit_transform(text)
+    return (matrix[: len(abt)] @ matrix[len(abt) :].T).toarray()
+
+
+def run(command: list[str]) -> float:
+    """Run a CLI step (output streamed to the terminal), fail loudly; returns its seconds."""
+    started = time.perf_counter()
+    print("$", shlex.join(command), flush=True)
+    subprocess.run(command, check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return time.perf_counter() - started
+
+
+CLI = [sys.executable, "-m", "metricsearch.cli"]
+
+
+def train_and_export(name: str, workdir: Path, train_args: list[str]) -> tuple[Path, str, float]:
+    out = workdir / f"run-{name}"
+    command = [*CLI, "train", *train_args, "--out", str(out)]
+    seconds = run(command)
+    bundle = workdir / f"bundle-{name}"
+    run([*CLI, "export", "--model", str(out / "best"), "--out", str(bundle), "--name", f"abt-{name}", "--overwrite"])
+    shown = shlex.join(["metricsearch", "train", *[a if "/tmp" not in a else Path(a).name for a in train_args]])
+    return bundle, shown, seconds
+
+
+def sts_pairs(split: str) -> list[tuple[str, str, float]]:
+    pairs = []
+    with (DATA / f"stsbenchmark/sts-{split}.csv").open(encoding="utf-8") as f:
+        for line in f:
+            cells = line.rstrip("\n").split("\t")
+            if len(cells) >= 7:
+                pairs.append((cells[5], cells[6], float(cells[4])))
+    return pairs
+
+
+def sts_spearman(bundle: Path, pairs) -> float:
+    encoder = Encoder(load_bundle(bundle))
+    a = encoder.encode([p[0] for p in pairs])
+    b = encoder.encode([p[1] for p in pairs])
+    return float(spearmanr(np.sum(a * b, axis=1), [p[2] for p in pairs]).statistic)
+
+
+def row(name: str, m: dict, how: str) -> str:
+    return f"| {name} | {m['MPR']:.3f} | {m['MRR']:.3f} | {m['HR@1']:.3f} | {m['HR@10']:.3f} | {how} |"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--budget-s", type=int, default=1800, help="MetricBERT training time budget")
+    parser.add_argument("--ablation-budget-s", type=int, default=300, help="budget of each ablation run (0 = skip)")
+    parser.add_argument("--sts-budget-s", type=int, default=600, help="SBERT siamese budget on STS-B (0 = skip)")
+    parser.add_argument("--seed", type=int, default=13)
+    args = parser.parse_args()
+
+    abt, buy, gold = abt_buy()
+    header = [
+        "| model | MPR | MRR | HR@1 | HR@10 | how |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows = [
+        row("TF-IDF (name + description)", retrieval(tfidf_scores(abt, buy), abt, buy, gold), "scikit-learn"),
+        row(
+            "off-the-shelf all-MiniLM-L6-v2, per-field angular (1, 1)",
+            retrieval(bundle_scores(DEFAULT_BUNDLE, abt, buy), abt, buy, gold),
+            "`metricsearch export`",
+        ),
+        row(
+            "off-the-shelf all-MiniLM-L6-v2, title only",
+            retrieval(bundle_scores(DEFAULT_BUNDLE, abt, buy, (1.0, 0.0)), abt, buy, gold),
+            "`metricsearch export --description-weight 0`",
+        ),
+    ]
+    print("\n".join(header + rows), flush=True)
+
+    with tempfile.TemporaryDirectory(prefix="ms-train-") as tmp:
+        workdir = Path(tmp)
+        catalog = write_training_catalog(abt, buy, workdir / "abt_buy_catalog.jsonl")
+        base = ["--objective", "metricbert", "--catalog", str(catalog), "--seed", str(args.seed)]
+        bundle, shown, seconds = train_and_export("metricbert", workdir, [*base, "--time-budget-s", str(args.budget_s)])
+        for label, weights in (("per-field angular (1, 1)", None), ("title only", (1.0, 0.0))):
+            metrics = retrieval(bundle_scores(bundle, abt, buy, weights), abt, buy, gold)
+            rows.append(row(f"MetricBERT fine-tuned {seconds / 60:.0f} min, {label}", metrics, f"`{shown}`"))
+        print("\n".join(header + rows), flush=True)
+
+        ablations = []
+        if args.ablation_budget_s:
+            budget = ["--time-budget-s", str(args.ablation_budget_s)]
+            switches = {
+                "MetricBERT (reference at this budget)": [],
+                "(i) random mining": ["--mining", "random"],
+                "(ii) contrastive loss": ["--loss", "contrastive"],
+                "(iii) cosine loss": ["--loss", "cosine"],
+                "(iv) cosine distance": ["--distance", "cosine"],
+                "(v) no MLM": ["--mlm-weight", "0"],
+            }
+            for n, (label, extra) in enumerate(switches.items()):
+                bundle, shown, _ = train_and_export(f"ablation-{n}", workdir, [*base, *budget, *extra])
+                metrics = retrieval(bundle_scores(bundle, abt, buy), abt, buy, gold)
+                ablations.append(row(label, metrics, f"`{shown}`"))
+            print("\n".join(header + ablations), flush=True)
+
+        sts_rows = []
+        if args.sts_budget_s:
+            test = sts_pairs("test")
+            sts_rows.append(f"| off-the-shelf all-MiniLM-L6-v2 | {sts_spearman(DEFAULT_BUNDLE, test):.4f} | |")
+            pairs_file = workdir / "sts_train.tsv"
+            with pairs_file.open("w") as f:
+                f.write("text_a\ttext_b\tscore\n")
+                for a, b, score in sts_pairs("train"):
+                    f.write(f"{a}\t{b}\t{score}\n")
+            train_args = ["--objective", "sbert-siamese", "--pairs", str(pairs_file), "--seed", str(args.seed)]
+            train_args += ["--time-budget-s", str(args.sts_budget_s)]
+            bundle, shown, seconds = train_and_export("sts", workdir, train_args)
+            sts_rows.append(
+                f"| SBERT siamese (cosine) fine-tuned {seconds / 60:.0f} min | "
+                f"{sts_spearman(bundle, test):.4f} | `{shown}` |"
+            )
+
+    lines = [
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, CPU only. Command: `.venv/bin/python -m "
+        f"bench.train_bench --budget-s {args.budget_s} --ablation-budget-s {args.ablation_budget_s} "
+        f"--sts-budget-s {args.sts_budget_s} --seed {args.seed}` (one run).",
+        "",
+        "### Abt-Buy item-to-item retrieval",
+        "",
+        "Each Abt product ranks all Buy products; the gold match is the hit (MPR: 1 = top, 0 = bottom). Models are "
+        "trained on the text of both catalogs only, scored through the service's encoder and rerank code.",
+        "",
+        *header,
+        *rows,
+    ]
+    if ablations:
+        lines += ["", f"### Ablations (each {args.ablation_budget_s} s of training)", "", *header, *ablations]
+    if sts_rows:
+        lines += [
+            "",
+            "### STS-benchmark (Spearman of cosine vs gold score, test split)",
+            "",
+            "| model | Spearman | how |",
+            "|---|---|---|",
+            *sts_rows,
+        ]
+    table = "\n".join(lines)
+    print(table)
+    write_section(ROOT / "BENCHMARKS.md", "Training", table)
+
+
+if __name__ == "__main__":
+    main()
