@@ -1,5 +1,5 @@
-"""`metricsearch`: serve, index and export. Each subcommand imports only what it needs, so `serve` and `index`
-never import torch and `export` needs only the `train` extra."""
+"""`metricsearch`: serve, index, export and train. Each subcommand imports only what it needs, so `serve` and
+`index` never import torch, and `export` and `train` need the `train` extra."""
 
 from __future__ import annotations
 
@@ -166,6 +166,102 @@ def export(
     except ExportError as exc:
         _fail(str(exc))
     typer.echo(f"bundle written to {path}")
+
+
+@app.command()
+def train(
+    objective: Annotated[
+        str | None, typer.Option(help="metricbert | recobert (catalog) | sbert-siamese | sbert-triplet")
+    ] = None,
+    catalog: Annotated[Path | None, typer.Option(help="catalog .csv/.jsonl (id, title, description)")] = None,
+    pairs: Annotated[Path | None, typer.Option(help="pairs .csv/.tsv/.jsonl (text_a, text_b, score)")] = None,
+    triplets: Annotated[
+        Path | None, typer.Option(help="triplets .csv/.tsv/.jsonl (anchor, positive, negative)")
+    ] = None,
+    base: Annotated[
+        Path | None, typer.Option(help="sentence-transformers folder to start from (default packaged all-MiniLM-L6-v2)")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="run folder: best/, last/, train_log.jsonl, curves.png")] = None,
+    config: Annotated[Path | None, typer.Option(help="JSON/YAML file of these options (the command line wins)")] = None,
+    seed: Annotated[int | None, typer.Option(help="seed of data order, masking, mining, dropout (default 42)")] = None,
+    max_steps: Annotated[int | None, typer.Option(help="optimizer steps; overrides --epochs")] = None,
+    epochs: Annotated[
+        int | None, typer.Option(help="passes over the data (default 1; only --time-budget-s: what fits)")
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="examples per step (per process under torchrun) (default 16)")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="peak learning rate of the encoder (default 2e-5)")] = None,
+    mlm_head_lr: Annotated[float | None, typer.Option(help="learning rate of the new MLM head (default 5e-4)")] = None,
+    warmup_ratio: Annotated[float | None, typer.Option(help="share of encoder steps warming up (default 0.1)")] = None,
+    weight_decay: Annotated[float | None, typer.Option(help="AdamW weight decay (default 0.01)")] = None,
+    max_grad_norm: Annotated[float | None, typer.Option(help="gradient clipping norm (default 1.0)")] = None,
+    max_seq_length: Annotated[
+        int | None, typer.Option(help="tokens a text keeps, at most the model's (default 128)")
+    ] = None,
+    time_budget_s: Annotated[
+        float | None, typer.Option(help="stop in time to evaluate and save within this many seconds")
+    ] = None,
+    bf16: Annotated[
+        bool | None, typer.Option("--bf16/--no-bf16", help="bf16 autocast (default auto: where native)")
+    ] = None,
+    eval_every: Annotated[int | None, typer.Option(help="validate every N steps (default 100)")] = None,
+    log_every: Annotated[int | None, typer.Option(help="log the mean losses every N steps (default 10)")] = None,
+    patience: Annotated[
+        int | None, typer.Option(help="stop after N validations without improvement (default 5)")
+    ] = None,
+    val_fraction: Annotated[
+        float | None, typer.Option(help="share held out for validation; 0 = none (default 0.1)")
+    ] = None,
+    val_max: Annotated[int | None, typer.Option(help="most held-out examples (default 1000)")] = None,
+    mining: Annotated[str | None, typer.Option(help="metricbert negatives: hardest | random (default hardest)")] = None,
+    loss: Annotated[
+        str | None, typer.Option(help="metricbert loss: triplet | contrastive | cosine (default triplet)")
+    ] = None,
+    distance: Annotated[
+        str | None, typer.Option(help="metricbert distance: angular | cosine (default angular)")
+    ] = None,
+    margin: Annotated[
+        float | None, typer.Option(help="margin of the triplet/contrastive loss (default per objective)")
+    ] = None,
+    similarity_weight: Annotated[
+        float | None, typer.Option(help="lambda: weight of the metric/TDM loss (default 1.0)")
+    ] = None,
+    mlm_weight: Annotated[
+        float | None, typer.Option(help="weight of the MLM loss; 0 disables MLM (default 1.0)")
+    ] = None,
+    mlm_probability: Annotated[float | None, typer.Option(help="share of tokens masked (default 0.15)")] = None,
+    mlm_warmup_steps: Annotated[
+        int | None, typer.Option(help="head-only steps with the encoder frozen, before joint training (default 100)")
+    ] = None,
+    siamese_distance: Annotated[
+        str | None, typer.Option(help="sbert-siamese: cosine | euclidean (default cosine)")
+    ] = None,
+    triplet_distance: Annotated[
+        str | None, typer.Option(help="sbert-triplet: euclidean | cosine (default euclidean)")
+    ] = None,
+    resume: Annotated[bool, typer.Option(help="continue the run in --out from last/")] = False,
+) -> None:
+    """Fine-tune an encoder; the best checkpoint (OUT/best) exports with `metricsearch export --model OUT/best`
+    (needs the `train` extra). docs/training.md explains every option."""
+    options = {k: v for k, v in locals().items() if k != "config"}  # the options as given; None = not given
+    options["resume"] = resume or None  # an unset flag leaves the config file's value
+    from trainer.config import build_config
+    from trainer.errors import TrainerError
+
+    try:
+        settings = build_config(options, config)
+        from transformers.utils import logging as transformers_logging
+
+        from trainer.train import train as run_training
+
+        transformers_logging.disable_progress_bar()  # per-file load/save bars would break up the training bar
+
+        result = run_training(settings)
+    except TrainerError as exc:
+        _fail(str(exc))
+    if result.primary:
+        typer.echo(result.summary(settings.objective))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,115 @@
+"""`metricsearch train` as a user runs it: config mistakes stop with exit code 2 and a message naming the fix,
+options merge from a config file and the command line, and train -> export gives a bundle the service loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.bundle import load_bundle
+from tests.tiny_model import CORPUS
+from trainer.config import build_config
+from trainer.errors import TrainerError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "metricsearch.cli", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--objective", "simcse", "--catalog", "c.csv"], "unknown objective 'simcse'; choose one of metricbert"),
+        (["--objective", "sbert-siamese"], "sbert-siamese trains on --pairs FILE (text_a, text_b, score); none given"),
+        (["--objective", "metricbert"], "metricbert trains on --catalog FILE"),
+        (["--objective", "metricbert", "--catalog", "c.csv", "--mlm-weight", "-1"], "--mlm-weight"),
+    ],
+)
+def test_option_mistakes_exit_2_before_any_model_loads(tmp_path, args, message):
+    result = cli("train", *args, "--out", tmp_path / "run")
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_empty_catalog_exits_2(tmp_path):
+    catalog = write(tmp_path / "catalog.csv", "id,title,description\n")
+    result = cli("train", "--objective", "metricbert", "--catalog", catalog, "--out", tmp_path / "run")
+    assert result.returncode == 2
+    assert f"{catalog}: has no items" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_pairs_without_a_score_column_exit_2(tmp_path):
+    pairs = write(tmp_path / "pairs.csv", "text_a,text_b\na cat,a kitten\n")
+    result = cli("train", "--objective", "sbert-siamese", "--pairs", pairs, "--out", tmp_path / "run")
+    assert result.returncode == 2
+    assert "header lacks column(s) score" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_config_file_values_apply_and_the_command_line_wins(tmp_path):
+    config = write(
+        tmp_path / "train.yaml",
+        "objective: metricbert\ncatalog: c.csv\nout: run\nbatch-size: 32\nlr: 1.0e-4\nmining: random\n",
+    )
+    merged = build_config({"lr": 3e-5, "seed": None}, config)
+    assert (merged.batch_size, merged.lr, merged.mining, merged.seed) == (32, 3e-5, "random", 42)
+    assert (merged.margin, merged.mlm_weight, merged.mlm_warmup_steps, merged.epochs) == (0.1, 1.0, 100, 1)
+
+    as_json = write(
+        tmp_path / "train.json", json.dumps({"objective": "sbert-triplet", "triplets": "t.csv", "out": "o"})
+    )
+    assert build_config({}, as_json).margin == 1.0  # euclidean triplet margin for unit vectors
+    with pytest.raises(TrainerError, match="--learning-rate: unknown option"):
+        build_config({}, write(tmp_path / "typo.json", json.dumps({"learning_rate": 1e-4})))
+    with pytest.raises(TrainerError, match="--mlm-weight applies to metricbert and recobert only"):
+        build_config({"objective": "sbert-siamese", "pairs": "p.csv", "out": "o", "mlm_weight": 1.0})
+    with pytest.raises(TrainerError, match="takes no --margin"):
+        build_config({"objective": "metricbert", "catalog": "c", "out": "o", "loss": "cosine", "margin": 0.2})
+
+
+def test_train_then_export_gives_a_bundle_the_service_loads(tmp_path):
+    from tests.tiny_model import build_tiny_model
+
+    base = build_tiny_model(tmp_path / "tiny")
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text(
+        "".join(
+            json.dumps({"id": str(i), "title": t.split(",")[0], "description": t}) + "\n" for i, t in enumerate(CORPUS)
+        )
+    )
+    config = write(tmp_path / "train.json", json.dumps({"batch_size": 8, "val_fraction": 0.25, "mlm_warmup_steps": 1}))
+    result = cli(
+        "train", "--objective", "recobert", "--catalog", catalog, "--base", base, "--out", tmp_path / "run",
+        "--config", config, "--max-steps", "3", "--eval-every", "2", "--no-bf16",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout.strip().splitlines()[-1]
+    assert (
+        summary.startswith("recobert: 3 steps") and "best mrr" in summary and str(tmp_path / "run" / "best") in summary
+    )
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["bf16"] is False
+
+    exported = cli("export", "--model", tmp_path / "run" / "best", "--out", tmp_path / "bundle")
+    assert exported.returncode == 0, exported.stderr
+    assert load_bundle(tmp_path / "bundle").manifest.encoder.dim == 32

@@ -1,0 +1,285 @@
+"""The four training objectives. Each turns one batch of examples into a loss on a SentenceTransformer model,
+composing the distances and losses of `trainer.losses`, the MLM head of `trainer.mlm`, and sentence-transformers'
+own losses where they compute the same thing.
+
+Forward passes run under bf16 autocast when asked; every loss is computed from float32 embeddings (casting
+after the encoder), because cosines of near neighbours are indistinguishable in bfloat16.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.losses.merged_forward import embed_columns
+from sentence_transformers.sentence_transformer.losses import CosineSimilarityLoss, TripletLoss
+from sentence_transformers.sentence_transformer.losses.triplet import TripletDistanceMetric
+from torch import Tensor
+
+from service.catalog import Item
+from trainer import losses
+from trainer.config import TrainConfig
+from trainer.data import ScoredPair, Triplet, mask_tokens
+from trainer.errors import TrainerError
+from trainer.mlm import MLMHead
+
+
+@dataclass(frozen=True)
+class BatchLoss:
+    """The loss to minimise and its terms as floats, for the log."""
+
+    total: Tensor
+    parts: dict[str, float]
+
+
+class Objective(Protocol):
+    """What the loop needs: a loss per batch, and the MLM head (if any) to optimise and save with the encoder."""
+
+    head: MLMHead | None
+
+    def __call__(self, batch: Sequence[Any]) -> BatchLoss: ...
+
+
+def _features(model: SentenceTransformer, texts: list[str]) -> dict[str, Any]:
+    features = model.preprocess(texts)
+    return {k: v.to(model.device) if isinstance(v, Tensor) else v for k, v in features.items()}
+
+
+class _Autocast:
+    """bf16 autocast on the model's device type, or nothing; a fresh torch.autocast per use."""
+
+    def __init__(self, device: torch.device, enabled: bool) -> None:
+        self.device_type, self.enabled = device.type, enabled
+
+    def __call__(self) -> torch.autocast:
+        return torch.autocast(self.device_type, dtype=torch.bfloat16, enabled=self.enabled)
+
+
+class MaskedLM:
+    """BERT's masked-language-model loss: masks token ids in place (a copy the caller then encodes) and scores
+    the encoder's last hidden states at the masked positions with the head."""
+
+    def __init__(self, model: SentenceTransformer, head: MLMHead, probability: float, generator: torch.Generator):
+        tokenizer = model[0].tokenizer
+        if tokenizer.mask_token_id is None:
+            raise TrainerError("the base model's tokenizer has no [MASK] token; train with --mlm-weight 0")
+        self.head = head
+        self.probability = probability
+        self.generator = generator
+        self.special_ids = set(tokenizer.all_special_ids)
+        self.mask_id = tokenizer.mask_token_id
+        self.vocab_size = min(len(tokenizer), head.bias.shape[0])
+
+    @classmethod
+    def create(cls, model: SentenceTransformer, probability: float, generator: torch.Generator) -> MaskedLM:
+        """A new head tied to the model's word embeddings (the packaged base ships none: shared/MODELS.md)."""
+        encoder = model[0].auto_model
+        embeddings = encoder.get_input_embeddings()
+        eps = getattr(encoder.config, "layer_norm_eps", 1e-12)
+        head = MLMHead(embeddings.embedding_dim, embeddings, layer_norm_eps=eps).to(model.device)
+        return cls(model, head, probability, generator)
+
+    def mask(self, features: dict[str, Any]) -> Tensor:
+        """Replace features' input_ids by a masked copy; return the labels (-100 where not masked)."""
+        features["input_ids"], labels = mask_tokens(
+            features["input_ids"],
+            features["attention_mask"],
+            special_ids=self.special_ids,
+            mask_id=self.mask_id,
+            vocab_size=self.vocab_size,
+            probability=self.probability,
+            generator=self.generator,
+        )
+        return labels
+
+    def loss(self, token_embeddings: Tensor, labels: Tensor) -> Tensor:
+        return self.head(token_embeddings, labels)
+
+
+class MetricBERT:
+    """Anchor = title, positive = the same item's description, negative = another item's description from the
+    batch: the hardest (nearest to the anchor) or a random one. L = mlm_weight * L_MLM + lambda * L_sim.
+
+    As in the paper (metricbert.txt section 3), titles and descriptions are masked and encoded once: the same
+    pass gives the pooled embeddings for the metric loss and the token states for the MLM loss, so MLM costs
+    no extra encoder pass. Mining under angular or cosine distance picks the same negative (arccos is
+    monotonic); the distance changes only the loss.
+    """
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        config: TrainConfig,
+        mlm: MaskedLM | None,
+        generator: torch.Generator,
+        amp: _Autocast,
+    ) -> None:
+        self.model, self.mlm, self.generator, self.amp = model, mlm, generator, amp
+        self.head = mlm.head if mlm else None
+        self.mining, self.loss_name, self.margin = config.mining, config.loss, config.margin
+        self.similarity_weight, self.mlm_weight = config.similarity_weight, config.mlm_weight
+        angular = config.distance == "angular"
+        self.pairwise = losses.pairwise_angular_distance if angular else losses.pairwise_cosine_distance
+
+    def __call__(self, batch: Sequence[Item]) -> BatchLoss:
+        titles = _features(self.model, [item.title for item in batch])
+        descriptions = _features(self.model, [item.description for item in batch])
+        labels = (self.mlm.mask(titles), self.mlm.mask(descriptions)) if self.mlm else None
+        with self.amp():
+            anchor_out, positive_out = self.model(titles), self.model(descriptions)
+            mlm_loss = None
+            if self.mlm:  # both elements are reconstructed, as in the paper
+                title_mlm = self.mlm.loss(anchor_out["token_embeddings"], labels[0])
+                mlm_loss = (title_mlm + self.mlm.loss(positive_out["token_embeddings"], labels[1])) / 2
+        anchors = anchor_out["sentence_embedding"].float()
+        positives = positive_out["sentence_embedding"].float()
+        distances = self.pairwise(anchors, positives)
+        n = len(batch)
+        negatives = (
+            losses.hardest_negatives(distances)
+            if self.mining == "hardest"
+            else losses.random_negatives(n, self.generator).to(distances.device)
+        )
+        rows = torch.arange(n, device=distances.device)
+        d_pos, d_neg = distances[rows, rows], distances[rows, negatives]
+        if self.loss_name == "triplet":
+            similarity = losses.triplet_loss(d_pos, d_neg, self.margin)
+        elif self.loss_name == "contrastive":
+            similarity = losses.contrastive_loss(d_pos, d_neg, self.margin)
+        else:
+            cosines = 1.0 - losses.pairwise_cosine_distance(anchors, positives)
+            similarity = losses.cosine_similarity_loss(cosines[rows, rows], cosines[rows, negatives])
+        return _combine(self.loss_name, similarity, self.similarity_weight, mlm_loss, self.mlm_weight)
+
+
+class RecoBERT:
+    """Title-description matching: with probability 0.5 an item's description is swapped for another item's from
+    the batch (label 0); L = mlm_weight * L_MLM + lambda * BCE((1 + cos(F_t, F_d)) / 2, label).
+
+    Deviation from recobert.txt section 3.1, on purpose: F_t and F_d are the mean-pooled embeddings of the title
+    and of the description each encoded on its own (as MetricBERT's fields are), not segment means of one joint
+    [CLS] t [SEP] d [SEP] pass. The service scores RecoBERT's four inference terms from the per-field vectors it
+    stores; joint pairs would cost two encoder passes per candidate and query, and a model trained on joint pairs
+    would be served on inputs it never saw. Titles and descriptions are masked and encoded once, as in MetricBERT.
+    """
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        config: TrainConfig,
+        mlm: MaskedLM | None,
+        generator: torch.Generator,
+        amp: _Autocast,
+    ) -> None:
+        self.model, self.mlm, self.generator, self.amp = model, mlm, generator, amp
+        self.head = mlm.head if mlm else None
+        self.similarity_weight, self.mlm_weight = config.similarity_weight, config.mlm_weight
+
+    def __call__(self, batch: Sequence[Item]) -> BatchLoss:
+        n = len(batch)
+        swapped = torch.rand(n, generator=self.generator) < 0.5
+        others = losses.random_negatives(n, self.generator).tolist()
+        descriptions = [
+            batch[o].description if s else item.description
+            for item, s, o in zip(batch, swapped.tolist(), others, strict=True)
+        ]
+        targets = (~swapped).float().to(self.model.device)
+        titles = _features(self.model, [item.title for item in batch])
+        description_features = _features(self.model, descriptions)
+        labels = (self.mlm.mask(titles), self.mlm.mask(description_features)) if self.mlm else None
+        with self.amp():
+            title_out, description_out = self.model(titles), self.model(description_features)
+            mlm_loss = None
+            if self.mlm:
+                title_mlm = self.mlm.loss(title_out["token_embeddings"], labels[0])
+                mlm_loss = (title_mlm + self.mlm.loss(description_out["token_embeddings"], labels[1])) / 2
+        tdm = losses.tdm_loss(
+            title_out["sentence_embedding"].float(), description_out["sentence_embedding"].float(), targets
+        )
+        return _combine("tdm", tdm, self.similarity_weight, mlm_loss, self.mlm_weight)
+
+
+class SiameseSBERT:
+    """Scored pairs, score in [0, 1]. cosine: MSE of cos(a, b) to the score (sentence-transformers'
+    CosineSimilarityLoss); euclidean: MSE of ||a - b|| to 1 - score (siamese-vs-triplet-sbert.txt), which
+    sentence-transformers lacks."""
+
+    head = None
+
+    def __init__(self, model: SentenceTransformer, config: TrainConfig, amp: _Autocast) -> None:
+        self.model, self.amp, self.distance = model, amp, config.siamese_distance
+        self.cosine_loss = CosineSimilarityLoss(model)
+
+    def __call__(self, batch: Sequence[ScoredPair]) -> BatchLoss:
+        columns = [_features(self.model, [p.text_a for p in batch]), _features(self.model, [p.text_b for p in batch])]
+        with self.amp():
+            embeddings = [e.float() for e in embed_columns(self.model, columns)]
+        scores = torch.tensor([p.score for p in batch], dtype=torch.float32, device=self.model.device)
+        if self.distance == "cosine":
+            loss = self.cosine_loss.compute_loss_from_embeddings(embeddings, scores)
+        else:
+            loss = F.mse_loss(F.pairwise_distance(*embeddings), 1.0 - scores)
+        return BatchLoss(loss, {"mse": loss.item()})
+
+
+class TripletSBERT:
+    """(anchor, positive, negative) texts with sentence-transformers' TripletLoss: max(0, d(a,p) - d(a,n) + margin)
+    under euclidean or cosine distance."""
+
+    head = None
+
+    def __init__(self, model: SentenceTransformer, config: TrainConfig, amp: _Autocast) -> None:
+        self.model, self.amp = model, amp
+        metric = (
+            TripletDistanceMetric.EUCLIDEAN if config.triplet_distance == "euclidean" else TripletDistanceMetric.COSINE
+        )
+        self.triplet_loss = TripletLoss(model, distance_metric=metric, triplet_margin=config.margin)
+
+    def __call__(self, batch: Sequence[Triplet]) -> BatchLoss:
+        columns = [
+            _features(self.model, [t.anchor for t in batch]),
+            _features(self.model, [t.positive for t in batch]),
+            _features(self.model, [t.negative for t in batch]),
+        ]
+        with self.amp():
+            embeddings = [e.float() for e in embed_columns(self.model, columns)]
+        loss = self.triplet_loss.compute_loss_from_embeddings(embeddings, None)
+        return BatchLoss(loss, {"triplet": loss.item()})
+
+
+def _combine(name: str, similarity: Tensor, weight: float, mlm_loss: Tensor | None, mlm_weight: float) -> BatchLoss:
+    total = weight * similarity
+    parts = {name: similarity.item()}
+    if mlm_loss is not None:
+        total = total + mlm_weight * mlm_loss
+        parts["mlm"] = mlm_loss.item()
+    return BatchLoss(total, parts)
+
+
+def build_objective(
+    config: TrainConfig,
+    model: SentenceTransformer,
+    *,
+    generator: torch.Generator,
+    bf16: bool,
+    head: MLMHead | None = None,
+) -> Objective:
+    """The configured objective on `model`; `head` restores a saved MLM head (resume), else a new one is made."""
+    amp = _Autocast(model.device, bf16)
+    if config.objective == "sbert-siamese":
+        return SiameseSBERT(model, config, amp)
+    if config.objective == "sbert-triplet":
+        return TripletSBERT(model, config, amp)
+    mlm = None
+    if config.uses_mlm:
+        mlm = (
+            MaskedLM(model, head, config.mlm_probability, generator)
+            if head is not None
+            else MaskedLM.create(model, config.mlm_probability, generator)
+        )
+    cls = MetricBERT if config.objective == "metricbert" else RecoBERT
+    return cls(model, config, mlm, generator, amp)
