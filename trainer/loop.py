@@ -204,25 +204,28 @@ class Loop:
     def _plan_total(self) -> int:
         """The step at which a run bounded only by --time-budget-s ends, so the linear decay reaches 0 there: the
         budget left (less a final evaluation and checkpoint) over the time of a step plus its share of the
-        periodic evaluations. A step is timed on the next batch, forward and backward twice (the first warms up
-        the allocator), with the gradients and every random state discarded afterwards, so the run itself is the
-        same as if the budget had been given as --max-steps."""
+        periodic evaluations. A step is timed on the next batch, forward and backward three times, keeping the
+        fastest (the first warms up the allocator and bf16 kernels; on a shared machine a slow outlier would plan
+        far too few steps, while too many only end at the budget with the rate not fully decayed), with the
+        gradients and every random state discarded afterwards, so the run itself is the same as if the budget had
+        been given as --max-steps."""
         states = (self.generator.get_state(), torch.get_rng_state())
         freeze_encoder(self.model, False)
         batch = self._peek_batch()
         seconds = []
-        for _ in range(2):
+        for _ in range(3):
             began = time.perf_counter()
             self.objective(batch).total.backward()
             seconds.append(time.perf_counter() - began)
         self.optimizer.zero_grad(set_to_none=True)
         self.generator.set_state(states[0])
         torch.set_rng_state(states[1])
-        per_step = seconds[-1] + (self.eval_seconds + self.save_seconds) / self.config.eval_every
+        step_seconds = min(seconds[1:])
+        per_step = step_seconds + (self.eval_seconds + self.save_seconds) / self.config.eval_every
         left = self.config.time_budget_s - (time.perf_counter() - self.started) - self.eval_seconds - self.save_seconds
         planned = self.step + max(0, int(left / per_step))
         if self.dist.main:
-            self._log({"kind": "budget", "step": self.step, "step_s": round(seconds[-1], 4), "total_steps": planned})
+            self._log({"kind": "budget", "step": self.step, "step_s": round(step_seconds, 4), "total_steps": planned})
         return int(self.dist.from_main(planned, self.model.device))
 
     def _lambdas(self) -> list:
