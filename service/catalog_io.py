@@ -31,6 +31,22 @@ def _item(record: dict, where: str) -> Item:
     )
 
 
+def json_objects(path: Path) -> Iterator[tuple[str, dict]]:
+    """("file:line", object) for each non-blank line of a JSONL file (a leading byte-order mark is skipped)."""
+    with Path(path).open(encoding="utf-8-sig") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{n}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InvalidInputError(f"{where}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict):
+                raise InvalidInputError(f"{where}: each line must be a JSON object")
+            yield where, record
+
+
 def read_catalog(path: Path) -> Iterator[Item]:
     """Items of a `.csv` (header row; extra columns become string metadata) or `.jsonl` file."""
     path = Path(path)
@@ -45,16 +61,7 @@ def read_catalog(path: Path) -> Iterator[Item]:
             for row in reader:
                 yield _item(row, f"{path}:{reader.line_num}")
     elif path.suffix.lower() in (".jsonl", ".ndjson"):
-        with path.open(encoding="utf-8") as f:
-            for n, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise InvalidInputError(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
-                if not isinstance(record, dict):
-                    raise InvalidInputError(f"{path}:{n}: each line must be a JSON object")
-                yield _item(record, f"{path}:{n}")
+        for where, record in json_objects(path):
+            yield _item(record, where)
     else:
         raise InvalidInputError(f"{path}: unknown catalog format; use .csv or .jsonl")

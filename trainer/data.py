@@ -4,7 +4,6 @@ and BERT's masking of tokens for the masked-language-model loss."""
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
@@ -102,19 +101,12 @@ def _delimited(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[str, dict
 
 
 def _jsonl(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[str, dict[str, str]]]:
-    with path.open(encoding="utf-8-sig") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}:{n}"
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise TrainerError(f"{where}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict):
-                raise TrainerError(f"{where}: each line must be a JSON object with {', '.join(columns)}")
+    try:
+        for where, record in catalog_io.json_objects(path):
             record = {ALIASES.get(k, k): v for k, v in record.items()}
             yield where, _checked({c: record.get(c) for c in columns}, where)
+    except InvalidInputError as exc:
+        raise TrainerError(str(exc)) from exc
 
 
 def _checked(record: dict, where: str) -> dict:

@@ -100,7 +100,37 @@ class MaskedLM:
         return self.head(token_embeddings, labels)
 
 
-class MetricBERT:
+class _TitleDescriptionObjective:
+    """What MetricBERT and RecoBERT share: titles and descriptions masked (when MLM is on) and encoded once each,
+    so one pass per field gives both the pooled embeddings and the token states the MLM loss reads."""
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        config: TrainConfig,
+        mlm: MaskedLM | None,
+        generator: torch.Generator,
+        amp: _Autocast,
+    ) -> None:
+        self.model, self.mlm, self.generator, self.amp = model, mlm, generator, amp
+        self.head = mlm.head if mlm else None
+        self.similarity_weight, self.mlm_weight = config.similarity_weight, config.mlm_weight
+
+    def _encode(self, titles: list[str], descriptions: list[str]) -> tuple[Tensor, Tensor, Tensor | None]:
+        """(title embeddings, description embeddings, MLM loss averaged over both fields or None)."""
+        title_features = _features(self.model, titles)
+        description_features = _features(self.model, descriptions)
+        labels = (self.mlm.mask(title_features), self.mlm.mask(description_features)) if self.mlm else None
+        with self.amp():
+            title_out, description_out = self.model(title_features), self.model(description_features)
+            mlm_loss = None
+            if self.mlm:  # both fields are reconstructed, as in the paper
+                title_mlm = self.mlm.loss(title_out["token_embeddings"], labels[0])
+                mlm_loss = (title_mlm + self.mlm.loss(description_out["token_embeddings"], labels[1])) / 2
+        return title_out["sentence_embedding"].float(), description_out["sentence_embedding"].float(), mlm_loss
+
+
+class MetricBERT(_TitleDescriptionObjective):
     """Anchor = title, positive = the same item's description, negative = another item's description from the
     batch: the hardest (nearest to the anchor) or a random one. L = mlm_weight * L_MLM + lambda * L_sim.
 
@@ -118,25 +148,13 @@ class MetricBERT:
         generator: torch.Generator,
         amp: _Autocast,
     ) -> None:
-        self.model, self.mlm, self.generator, self.amp = model, mlm, generator, amp
-        self.head = mlm.head if mlm else None
+        super().__init__(model, config, mlm, generator, amp)
         self.mining, self.loss_name, self.margin = config.mining, config.loss, config.margin
-        self.similarity_weight, self.mlm_weight = config.similarity_weight, config.mlm_weight
         angular = config.distance == "angular"
         self.pairwise = losses.pairwise_angular_distance if angular else losses.pairwise_cosine_distance
 
     def __call__(self, batch: Sequence[Item]) -> BatchLoss:
-        titles = _features(self.model, [item.title for item in batch])
-        descriptions = _features(self.model, [item.description for item in batch])
-        labels = (self.mlm.mask(titles), self.mlm.mask(descriptions)) if self.mlm else None
-        with self.amp():
-            anchor_out, positive_out = self.model(titles), self.model(descriptions)
-            mlm_loss = None
-            if self.mlm:  # both elements are reconstructed, as in the paper
-                title_mlm = self.mlm.loss(anchor_out["token_embeddings"], labels[0])
-                mlm_loss = (title_mlm + self.mlm.loss(positive_out["token_embeddings"], labels[1])) / 2
-        anchors = anchor_out["sentence_embedding"].float()
-        positives = positive_out["sentence_embedding"].float()
+        anchors, positives, mlm_loss = self._encode([i.title for i in batch], [i.description for i in batch])
         distances = self.pairwise(anchors, positives)
         n = len(batch)
         negatives = (
@@ -156,7 +174,7 @@ class MetricBERT:
         return _combine(self.loss_name, similarity, self.similarity_weight, mlm_loss, self.mlm_weight)
 
 
-class RecoBERT:
+class RecoBERT(_TitleDescriptionObjective):
     """Title-description matching: with probability 0.5 an item's description is swapped for another item's from
     the batch (label 0); L = mlm_weight * L_MLM + lambda * BCE((1 + cos(F_t, F_d)) / 2, label).
 
@@ -164,20 +182,8 @@ class RecoBERT:
     and of the description each encoded on its own (as MetricBERT's fields are), not segment means of one joint
     [CLS] t [SEP] d [SEP] pass. The service scores RecoBERT's four inference terms from the per-field vectors it
     stores; joint pairs would cost two encoder passes per candidate and query, and a model trained on joint pairs
-    would be served on inputs it never saw. Titles and descriptions are masked and encoded once, as in MetricBERT.
+    would be served on inputs it never saw.
     """
-
-    def __init__(
-        self,
-        model: SentenceTransformer,
-        config: TrainConfig,
-        mlm: MaskedLM | None,
-        generator: torch.Generator,
-        amp: _Autocast,
-    ) -> None:
-        self.model, self.mlm, self.generator, self.amp = model, mlm, generator, amp
-        self.head = mlm.head if mlm else None
-        self.similarity_weight, self.mlm_weight = config.similarity_weight, config.mlm_weight
 
     def __call__(self, batch: Sequence[Item]) -> BatchLoss:
         n = len(batch)
@@ -188,18 +194,8 @@ class RecoBERT:
             for item, s, o in zip(batch, swapped.tolist(), others, strict=True)
         ]
         targets = (~swapped).float().to(self.model.device)
-        titles = _features(self.model, [item.title for item in batch])
-        description_features = _features(self.model, descriptions)
-        labels = (self.mlm.mask(titles), self.mlm.mask(description_features)) if self.mlm else None
-        with self.amp():
-            title_out, description_out = self.model(titles), self.model(description_features)
-            mlm_loss = None
-            if self.mlm:
-                title_mlm = self.mlm.loss(title_out["token_embeddings"], labels[0])
-                mlm_loss = (title_mlm + self.mlm.loss(description_out["token_embeddings"], labels[1])) / 2
-        tdm = losses.tdm_loss(
-            title_out["sentence_embedding"].float(), description_out["sentence_embedding"].float(), targets
-        )
+        titles, description_embeddings, mlm_loss = self._encode([item.title for item in batch], descriptions)
+        tdm = losses.tdm_loss(titles, description_embeddings, targets)
         return _combine("tdm", tdm, self.similarity_weight, mlm_loss, self.mlm_weight)
 
 
