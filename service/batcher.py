@@ -48,7 +48,8 @@ class QueryBatcher:
         self._carry: _Pending | None = None
 
     def _estimate_tokens(self, text: str) -> int:
-        """Upper-bound-ish token count without tokenizing twice: ~4 characters a token, capped at max length."""
+        """A generous token count without tokenizing twice (a third of the characters, plus [CLS]/[SEP]), capped
+        at the model's max length; it only bounds how many queries share one encoder call."""
         return min(self._max_length, len(text) // 3 + 2)
 
     async def encode(self, texts: list[str]) -> np.ndarray:

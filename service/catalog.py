@@ -204,6 +204,3 @@ class Catalog:
             for i in best
             if (item := stored.get(found.ids[i])) is not None
         ]
-
-    def count(self) -> int:
-        return self.store.count()

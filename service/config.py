@@ -3,7 +3,6 @@ environment. The README's settings table documents each field (a test keeps them
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field, SecretStr
@@ -58,8 +57,3 @@ class Settings(BaseSettings):
     optimize_after_writes: int = Field(
         5000, ge=0, description="points written before the HNSW index is rebuilt in the background; 0 = never"
     )
-
-
-@lru_cache
-def get_settings() -> Settings:
-    return Settings()

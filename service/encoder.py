@@ -64,9 +64,6 @@ class Encoder:
             raise BundleError(f"bundle.json says output {self._output!r} of width {self.dim}; the graph has {outputs}")
         log.info("encoder loaded", extra={"providers": self.session.get_providers(), "dim": self.dim})
 
-    def token_counts(self, texts: Sequence[str]) -> list[int]:
-        return [len(e.ids) for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=True)]
-
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """(n, dim) float32 vectors, unit-norm when the bundle says so; batches of similar length."""
         if not texts:
