@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 BUNDLE ?= bundles/all-minilm-l6-v2
 URL ?= http://127.0.0.1:8000
 
-.PHONY: serve test lint format bench bundle clean
+.PHONY: serve test lint format bench bundle clean loadtest soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(VENV)/.serve-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[service,train,dev]'
+	$(BIN)/pip install --quiet -e '.[service,train,load,dev]'
 	touch $@ $(VENV)/.serve-installed
 
 $(BUNDLE)/bundle.json: | $(VENV)/.serve-installed
@@ -45,6 +45,20 @@ format: $(VENV)/.dev-installed
 
 bench: $(VENV)/.dev-installed $(BUNDLE)/bundle.json
 	$(BIN)/python -m bench.service_bench
+
+# Locust storefront mix against a running service, headless and bounded; reports in loadtests/reports/.
+USERS ?= 16
+SPAWN_RATE ?= $(USERS)
+DURATION ?= 60s
+loadtest: $(VENV)/.dev-installed
+	mkdir -p loadtests/reports
+	$(BIN)/locust -f loadtests/locustfile.py --headless --host $(URL) -u $(USERS) -r $(SPAWN_RATE) -t $(DURATION) \
+		--stop-timeout 10 --csv loadtests/reports/loadtest --html loadtests/reports/loadtest.html
+
+# Long run of the same mix against a local service it starts; fails on any failed request or RSS growth > 10%.
+SOAK_USERS ?= 2
+soak: $(VENV)/.dev-installed $(BUNDLE)/bundle.json
+	$(BIN)/python loadtests/soak.py --duration $(DURATION) --users $(SOAK_USERS) --bundle $(BUNDLE)
 
 clean:
 	rm -rf $(VENV) bundles var .pytest_cache .ruff_cache

@@ -143,21 +143,26 @@ def bench_indexing(bundle: Path, items: list[dict], workdir: Path, rounds: int) 
     }
 
 
-def synthetic_store(bundle: Path, n: int, data_dir: Path, seed: int = 0) -> list[str]:
-    """n items with low-rank per-field vectors (real embeddings concentrate in few directions), HNSW-indexed."""
-    loaded = load_bundle(bundle)
-    manifest = loaded.manifest
+def synthetic_batches(bundle: Path, n: int, seed: int = 0, batch: int = 2000):
+    """(start, packed (size, F * dim) unit vectors) batches of n synthetic items with low-rank per-field vectors
+    (real embeddings concentrate in few directions); the same seed gives the same catalog."""
+    manifest = load_bundle(bundle).manifest
     rng = np.random.default_rng(seed)
     dim, rank = manifest.encoder.dim, 48
     basis = rng.standard_normal((rank, dim)).astype(np.float32)
-    store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(loaded))
     weights = [f.weight for f in manifest.fields if f.weight > 0]
-    ids = [f"s{i}" for i in range(n)]
-    for start in tqdm(range(0, n, 2000), desc=f"synthetic {n}", unit="batch"):
-        size = min(2000, n - start)
+    for start in range(0, n, batch):
+        size = min(batch, n - start)
         topics = rng.standard_normal((size, 1, rank)).astype(np.float32)
         noise = rng.standard_normal((size, len(weights), rank)).astype(np.float32) * 0.5
-        packed = scoring.pack((topics + noise) @ basis, weights)
+        yield start, scoring.pack((topics + noise) @ basis, weights)
+
+
+def synthetic_store(bundle: Path, n: int, data_dir: Path, seed: int = 0) -> list[str]:
+    """n synthetic items (synthetic_batches) in an embedded store at data_dir, HNSW-indexed."""
+    store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(load_bundle(bundle)))
+    ids = [f"s{i}" for i in range(n)]
+    for start, packed in tqdm(synthetic_batches(bundle, n, seed), total=-(-n // 2000), desc=f"synthetic {n}"):
         store.upsert(
             [
                 StoredItem(
@@ -168,7 +173,7 @@ def synthetic_store(bundle: Path, n: int, data_dir: Path, seed: int = 0) -> list
                     content_hash=content_hash(ids[start + j], ""),
                     vectors={ANN_VECTOR: packed[j]},
                 )
-                for j in range(size)
+                for j in range(len(packed))
             ]
         )
     store.optimize_now()  # bulk load done: build HNSW now, in its child process

@@ -2,7 +2,9 @@
 
 The graph holds the transformer and the mean pooling over the attention mask, so the service gets one vector
 a text and needs no torch. It does not normalise: the manifest says `normalize: true` and the service does it,
-which keeps the graph's output usable for metrics that need the raw mean (docs/bundle.md).
+which keeps the graph's output usable for metrics that need the raw mean (docs/bundle.md). For second-order
+pooling (`pooling='cov'|'svd'`) the graph returns the masked token embeddings instead and the service computes
+each text's low-rank factors from them (`service.second_order`).
 
 We use the legacy TorchScript exporter (`dynamo=False`): the dynamo exporter needs `onnxscript`, and optimum
 would downgrade transformers (shared/MODELS.md).
@@ -35,6 +37,7 @@ log = logging.getLogger(__name__)
 ENCODER_FILE = "encoder.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 OUTPUT_NAME = "sentence_embedding"
+TOKENS_OUTPUT_NAME = "token_embeddings"
 OPSET = 17  # first opset with LayerNormalization, which onnxruntime runs as one kernel
 INPUT_NAMES = ("input_ids", "attention_mask", "token_type_ids")  # in the order the graph declares them
 
@@ -53,23 +56,43 @@ def export_bundle(
     name: str | None = None,
     title_weight: float = 1.0,
     description_weight: float = 1.0,
-    metric: str = "angular",
+    metric: str | None = None,
     recobert_lambdas: tuple[float, float, float, float] = (1.0, 1.0, 1.0, 1.0),
     max_seq_length: int | None = None,
+    pooling: str = "mean",
+    rank_k: int | None = None,
     objective: str = "off-the-shelf",
     base_model: str | None = None,
     overwrite: bool = False,
+    precision: str = "fp32",
+    catalog: Path | None = None,
 ) -> Path:
     """Export `model_dir` (default: the packaged all-MiniLM-L6-v2) as a bundle in `out_dir`; return `out_dir`.
 
     The bundle is built in a sibling temp folder, validated with `load_bundle`, then renamed into place, so
     a failed export never leaves half a bundle. A non-empty `out_dir` is replaced only with `overwrite=True`.
     `base_model` goes into the provenance; it defaults to the packaged model's id or the folder's path.
+    `pooling` 'cov' or 'svd' (with `rank_k`) makes a second-order bundle: the graph returns masked token embeddings,
+    the service stores rank-k factors and reranks by the Frobenius similarity S_F. 'cov' with `rank_k` is the
+    paper's post-hoc truncation P_cov(., k) of a model trained with cov pooling; 'cov' alone keeps up to
+    `service.second_order.FULL_RANK_CAP` rows. `metric` defaults to 'frobenius' for those and 'angular' for mean.
     `metric` is the rerank the service runs: 'angular' (MetricBERT's per-field sum, weighted by the field weights)
     or 'recobert' (RecoBERT's four z-normalised scores, weighted by `recobert_lambdas`).
+    `precision` other than fp32 rewrites the graph (export/quantize.py: int8, bf16, fp16) and records its measured
+    agreement with fp32 on `catalog`'s texts in the manifest.
     """
     started = time.perf_counter()
     out_dir = Path(out_dir)
+    quantize = _quantize_module(precision, catalog)
+    tokens = pooling != "mean"
+    metric = metric or ("frobenius" if tokens else "angular")
+    if tokens != (metric == "frobenius"):
+        raise ExportError(
+            f"metric {metric!r} does not go with pooling {pooling!r}: second-order pooling (cov, svd) "
+            "is scored with 'frobenius', mean pooling with 'angular' or 'recobert'"
+        )
+    if rank_k is not None and not tokens:
+        raise ExportError("--rank-k applies to pooling 'cov' (truncation) and 'svd', not to mean pooling")
     _check_target(out_dir, overwrite)
     packaged = model_dir is None
     if packaged:
@@ -91,14 +114,15 @@ def export_bundle(
             encoder=EncoderSpec(
                 file=ENCODER_FILE,
                 inputs=_input_names(transformer),
-                output=OUTPUT_NAME,
-                output_kind="pooled",
+                output=TOKENS_OUTPUT_NAME if tokens else OUTPUT_NAME,
+                output_kind="tokens" if tokens else "pooled",
                 dim=model.get_embedding_dimension(),
                 precision="fp32",
             ),
             tokenizer=TOKENIZER_FILE,
             max_seq_length=seq_len,
-            pooling="mean",
+            pooling=pooling,
+            rank_k=rank_k,
             normalize=True,
             metric=metric,
             recobert_lambdas=recobert_lambdas,
@@ -124,8 +148,13 @@ def export_bundle(
     staging.chmod(0o755)  # mkdtemp makes it private; a service running as another user must read the bundle
     try:
         tokenizer = _write_tokenizer(model, seq_len, staging / TOKENIZER_FILE)
-        _export_onnx(transformer, manifest.encoder.inputs, tokenizer, staging / ENCODER_FILE)
+        _export_onnx(transformer, manifest.encoder.inputs, tokenizer, staging / ENCODER_FILE, tokens=tokens)
         write_manifest(manifest, staging)
+        if quantize is not None:
+            try:
+                write_manifest(quantize.reduce_precision(load_bundle(staging), precision, catalog), staging)
+            except quantize.QuantizeError as exc:
+                raise ExportError(str(exc)) from exc
         load_bundle(staging)
         _move_into_place(staging, out_dir)
     except BaseException:
@@ -163,6 +192,19 @@ def unsupported_structure(model: SentenceTransformer) -> str | None:
     found = " -> ".join(type(m).__name__ for m in modules)
     pooling = getattr(modules[1], "pooling_mode", "?") if len(modules) > 1 else "none"
     return f"only Transformer -> Pooling(mean) [-> Normalize] can be exported, found {found} (pooling {pooling})"
+
+
+def _quantize_module(precision: str, catalog: Path | None):
+    """export.quantize for a reduced precision (None for fp32), after checking the request before the long export."""
+    if precision == "fp32":
+        return None
+    from export import quantize
+
+    try:
+        quantize.check_request(precision, catalog)
+    except quantize.QuantizeError as exc:
+        raise ExportError(str(exc)) from exc
+    return quantize
 
 
 def _check_target(out_dir: Path, overwrite: bool) -> None:
@@ -227,6 +269,15 @@ class _MeanPooledEncoder(torch.nn.Module):
         return (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
 
 
+class _TokenEncoder(_MeanPooledEncoder):
+    """Transformer whose padding rows are zeroed: the (batch, sequence, dim) token matrices of second-order pooling."""
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        features = dict(zip(self.input_names, inputs, strict=True))
+        tokens = self.transformer(**features, return_dict=True).last_hidden_state
+        return tokens * features["attention_mask"].unsqueeze(-1).to(tokens.dtype)
+
+
 def _input_names(transformer: torch.nn.Module) -> list[str]:
     """The tokenizer outputs the model's forward takes (DistilBERT-like models have no token_type_ids)."""
     accepted = inspect.signature(transformer.forward).parameters
@@ -236,14 +287,19 @@ def _input_names(transformer: torch.nn.Module) -> list[str]:
     return input_names
 
 
-def _export_onnx(transformer: torch.nn.Module, input_names: list[str], tokenizer: Tokenizer, target: Path) -> None:
-    """Trace with two texts of different lengths (so the mask has padding) and dynamic batch/sequence axes."""
+def _export_onnx(
+    transformer: torch.nn.Module, input_names: list[str], tokenizer: Tokenizer, target: Path, *, tokens: bool = False
+) -> None:
+    """Trace with two texts of different lengths (so the mask has padding) and dynamic batch/sequence axes; `tokens`
+    exports the masked token embeddings rather than their mean."""
     sample = tokenizer.encode_batch(["a short title", "a longer description of the same item, with details"])
     columns = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
     args = tuple(
         torch.from_numpy(np.array([getattr(e, columns[n]) for e in sample], dtype=np.int64)) for n in input_names
     )
-    axes = {n: {0: "batch", 1: "sequence"} for n in input_names} | {OUTPUT_NAME: {0: "batch"}}
+    output = TOKENS_OUTPUT_NAME if tokens else OUTPUT_NAME
+    axes = {n: {0: "batch", 1: "sequence"} for n in input_names}
+    axes[output] = {0: "batch", 1: "sequence"} if tokens else {0: "batch"}
 
     log.info("exporting ONNX (opset %d, inputs %s)", OPSET, ",".join(input_names))
     with warnings.catch_warnings(), torch.no_grad():
@@ -254,13 +310,13 @@ def _export_onnx(transformer: torch.nn.Module, input_names: list[str], tokenizer
         warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
         warnings.filterwarnings("ignore", message=".*aten::index operator of advanced indexing", category=UserWarning)
         torch.onnx.export(
-            _MeanPooledEncoder(transformer, input_names).eval(),
+            (_TokenEncoder if tokens else _MeanPooledEncoder)(transformer, input_names).eval(),
             args,
             str(target),
             dynamo=False,
             opset_version=OPSET,
             input_names=input_names,
-            output_names=[OUTPUT_NAME],
+            output_names=[output],
             dynamic_axes=axes,
             do_constant_folding=True,
         )
@@ -268,7 +324,7 @@ def _export_onnx(transformer: torch.nn.Module, input_names: list[str], tokenizer
     onnx.checker.check_model(str(target))
     graph = onnx.load(str(target), load_external_data=False).graph
     exported = [i.name for i in graph.input]
-    if exported != input_names or [o.name for o in graph.output] != [OUTPUT_NAME]:
+    if exported != input_names or [o.name for o in graph.output] != [output]:
         raise ExportError(f"exported graph takes {exported}, expected {input_names}: the model ignores an input")
 
 

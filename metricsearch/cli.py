@@ -1,5 +1,5 @@
-"""`metricsearch`: serve, index, export and train. Each subcommand imports only what it needs, so `serve` and
-`index` never import torch, and `export` and `train` need the `train` extra."""
+"""`metricsearch`: serve, index, export, train and evaluate. Each subcommand imports only what it needs, so `serve`
+and `index` never import torch, and `export`, `train` and `evaluate` need the `train` extra."""
 
 from __future__ import annotations
 
@@ -31,8 +31,14 @@ def serve(
     host: Annotated[str | None, typer.Option(help="bind address (MS_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port (MS_PORT)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="worker processes; more than 1 needs a Qdrant server (MS_WORKERS)")
+    ] = None,
 ) -> None:
-    """Run the HTTP service (one process; the embedded store is owned by one process at a time)."""
+    """Run the HTTP service: one process by default (the embedded store is owned by one process at a time);
+    with a Qdrant server (MS_QDRANT_URL), --workers processes. README "Serving fast" lists the uvicorn settings."""
+    import os
+
     import uvicorn
 
     from service.api.app import create_app
@@ -40,21 +46,33 @@ def serve(
     from service.logs import configure_logging
     from service.runtime import build_runtime
 
-    settings = _settings(bundle_dir=bundle, host=host, port=port, data_dir=data_dir)
+    overrides = {"bundle_dir": bundle, "host": host, "port": port, "data_dir": data_dir, "workers": workers}
+    settings = _settings(**overrides)
     configure_logging(settings.log_level)
+    # uvloop and httptools are picked by uvicorn's "auto" (uvicorn[standard]); no access log on the hot path.
+    options = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_config": None,
+        "access_log": False,
+        "timeout_graceful_shutdown": 10,
+        "timeout_keep_alive": settings.keep_alive_s,
+    }
+    if settings.workers > 1:
+        if not settings.qdrant_url:
+            _fail(
+                f"{settings.workers} workers need a Qdrant server: the embedded store in {settings.data_dir} is owned "
+                "by one process. Serve with one worker, or set MS_QDRANT_URL to a Qdrant server"
+            )
+        # Each worker builds its own runtime from the environment: hand it the command-line options too.
+        os.environ.update({f"MS_{name.upper()}": str(value) for name, value in overrides.items() if value is not None})
+        uvicorn.run("service.api.app:app_from_environment", factory=True, workers=settings.workers, **options)
+        return
     try:
         runtime = build_runtime(settings)
     except MetricSearchError as exc:
         _fail(str(exc))
-    uvicorn.run(
-        create_app(runtime),
-        host=settings.host,
-        port=settings.port,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=10,
-        timeout_keep_alive=settings.keep_alive_s,
-    )
+    uvicorn.run(create_app(runtime), **options)
 
 
 @app.command()
@@ -142,12 +160,41 @@ def export(
     title_weight: Annotated[float, typer.Option(min=0.0, help="weight of the title distance")] = 1.0,
     description_weight: Annotated[float, typer.Option(min=0.0, help="weight of the description distance")] = 1.0,
     metric: Annotated[
-        str, typer.Option(help="rerank: 'angular' (per-field angular sum) or 'recobert' (RecoBERT's 4-score fusion)")
-    ] = "angular",
+        str | None,
+        typer.Option(
+            help="rerank: 'angular' (per-field angular sum, default for mean pooling), 'recobert' (RecoBERT's "
+            "4-score fusion) or 'frobenius' (S_F, default for cov/svd pooling)"
+        ),
+    ] = None,
+    pooling: Annotated[
+        str,
+        typer.Option(
+            help="mean (one vector a text), cov or svd (second-order: the graph returns token embeddings, the "
+            "service stores rank-k factors); use what the model was trained with"
+        ),
+    ] = "mean",
+    rank_k: Annotated[
+        int | None,
+        typer.Option(min=1, help="factor rows kept: needed for svd; with cov, truncates a cov-trained model to rank k"),
+    ] = None,
     max_seq_length: Annotated[
         int | None, typer.Option(min=1, help="truncate texts at this many tokens (default: the model's)")
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle folder")] = False,
+    precision: Annotated[
+        str,
+        typer.Option(
+            help="fp32 (exact, ONNX Runtime); int8 (NNCF-quantized, OpenVINO: fastest on CPU); bf16 (OpenVINO "
+            "runs the fp32 graph in bf16); fp16 (for CUDA). int8 and bf16 need --catalog (docs/bundle.md)"
+        ),
+    ] = "fp32",
+    catalog: Annotated[
+        Path | None,
+        typer.Option(
+            help="catalog (.csv/.jsonl) whose texts calibrate int8 and measure the agreement with fp32 recorded in "
+            "the bundle"
+        ),
+    ] = None,
 ) -> None:
     """Turn a checkpoint into a model bundle (needs the `train` extra: torch)."""
     from export.onnx_export import ExportError, export_bundle
@@ -161,11 +208,24 @@ def export(
             description_weight=description_weight,
             metric=metric,
             max_seq_length=max_seq_length,
+            pooling=pooling,
+            rank_k=rank_k,
             overwrite=overwrite,
+            precision=precision,
+            catalog=catalog,
         )
     except ExportError as exc:
         _fail(str(exc))
-    typer.echo(f"bundle written to {path}")
+    from service.bundle import load_bundle
+
+    agreement = load_bundle(path).manifest.encoder.agreement
+    measured = (
+        f" ({precision} keeps {agreement.neighbour_overlap:.3f} of fp32's top-10 neighbours, mean cosine "
+        f"{agreement.mean_cosine:.4f}, on {agreement.texts} texts of {agreement.dataset})"
+        if agreement
+        else ""
+    )
+    typer.echo(f"bundle written to {path}{measured}")
 
 
 @app.command()
@@ -240,6 +300,11 @@ def train(
     triplet_distance: Annotated[
         str | None, typer.Option(help="sbert-triplet: euclidean | cosine (default euclidean)")
     ] = None,
+    pooling: Annotated[
+        str | None,
+        typer.Option(help="mean | cov (token covariance A^T A) | svd (rank-k, needs --rank-k); S_F for cov/svd"),
+    ] = None,
+    rank_k: Annotated[int | None, typer.Option(help="rank k of --pooling svd")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run in --out from last/")] = False,
 ) -> None:
     """Fine-tune an encoder; the best checkpoint (OUT/best) exports with `metricsearch export --model OUT/best`
@@ -262,6 +327,139 @@ def train(
         _fail(str(exc))
     if result.primary:
         typer.echo(result.summary(settings.objective))
+
+
+@app.command()
+def evaluate(
+    task: Annotated[
+        str | None, typer.Option(help="catalog-match | annotated | pairs | halves (formats: docs/evaluation.md)")
+    ] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="the task's data: a folder (catalog-match, annotated) or a file (pairs, halves)")
+    ] = None,
+    bundle: Annotated[
+        list[Path] | None,
+        typer.Option(help="bundle scored in-process by the service's encoder and scoring; repeatable"),
+    ] = None,
+    inference: Annotated[
+        str,
+        typer.Option(help="of --bundle: served (its manifest's rerank) | metric-two (per-field angular 1:1) | mean"),
+    ] = "served",
+    url: Annotated[
+        str | None, typer.Option(help="a running service, scored over HTTP (/index, /similar; its top 100 count)")
+    ] = None,
+    api_key: Annotated[str | None, typer.Option(help="write key of the service at --url (MS_API_KEY)")] = None,
+    baseline: Annotated[
+        list[str] | None,
+        typer.Option(help="tfidf | lda | mean | metric-two (the last two run --base-bundle); repeatable"),
+    ] = None,
+    base_bundle: Annotated[
+        Path | None, typer.Option(help="off-the-shelf bundle of the mean and metric-two baselines (MS_BUNDLE_DIR)")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="folder for results.json, results.md and the plots")] = None,
+    compare: Annotated[
+        list[Path] | None, typer.Option(help="run folders written by --out, set side by side; repeatable")
+    ] = None,
+) -> None:
+    """Score models on a task (ranking metrics with pessimistic ties, or correlations for pairs) and/or compare
+    earlier runs (needs the `train` extra: scikit-learn, scipy, matplotlib). docs/evaluation.md explains it."""
+    import shlex
+    import sys
+    import time
+
+    from evaluation.report import compare_tables, load_run, plot_runs
+    from service.errors import MetricSearchError
+
+    started = time.perf_counter()
+    runs, summary = [], ""
+    try:
+        if task or data:
+            if not (task and data):
+                _fail("--task and --data go together")
+            from evaluation.datasets import read_task
+            from evaluation.harness import evaluate as evaluate_model
+            from evaluation.report import describe, markdown_table, write_run
+            from evaluation.scorers import BundleScorer, HttpScorer, baseline_scorers
+
+            settings = _settings(api_key=api_key)
+            dataset = read_task(task, data)
+            scorers = [BundleScorer(b, inference) for b in bundle or []]  # type: ignore[arg-type]
+            scorers += baseline_scorers(baseline or [], base_bundle or settings.bundle_dir)
+            if url:
+                scorers.append(HttpScorer(url, settings.api_key.get_secret_value() if settings.api_key else None))
+            if not scorers:
+                _fail("nothing to evaluate: give --bundle, --url and/or --baseline")
+            results = []
+            for scorer in scorers:
+                typer.echo(f"evaluating {scorer.label} ...", err=True)
+                results.append(evaluate_model(dataset, scorer))
+                if isinstance(scorer, HttpScorer):
+                    scorer.close()
+            typer.echo(
+                f"{task}: {describe(dataset)}\n\n{markdown_table([r.to_json() for r in results], dataset.is_pairs)}"
+            )
+            if out:
+                write_run(out, dataset, results, shlex.join(["metricsearch", *sys.argv[1:]]))
+                runs.append(load_run(out))
+            summary = f"{len(results)} model(s) on {task} ({len(dataset.queries)} queries)"
+        elif not compare:
+            _fail("give --task and --data to evaluate, and/or --compare RUN_DIR to set earlier runs side by side")
+        if compare:
+            runs = [load_run(folder) for folder in compare] + runs
+            table = compare_tables(runs)
+            typer.echo(f"\n{table}")
+            if out:
+                out.mkdir(parents=True, exist_ok=True)
+                (out / "compare.md").write_text(table + "\n")
+                plot_runs(runs, out, prefix="compare_")
+            summary = ", ".join(filter(None, [summary, f"{len(runs)} run(s) compared"]))
+    except MetricSearchError as exc:
+        _fail(str(exc))
+    where = f" -> {out}" if out else " (add --out DIR for JSON and plots)"
+    typer.echo(f"evaluated {summary} in {time.perf_counter() - started:.1f} s{where}")
+
+
+snapshot_app = typer.Typer(
+    help="Back up and restore the store: the embedded store (stop the service first: its lock refuses these "
+    "while it runs) or, with MS_QDRANT_URL, a collection on a Qdrant server.",
+    no_args_is_help=True,
+)
+app.add_typer(snapshot_app, name="snapshot")
+
+
+@snapshot_app.command("create")
+def snapshot_create(
+    path: Annotated[Path, typer.Argument(help="archive to write (.tar.gz for the embedded store); must not exist")],
+    bundle: Annotated[Path | None, typer.Option(help="bundle folder (MS_BUNDLE_DIR)")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
+) -> None:
+    """Write a consistent snapshot of the store (flushed; writes held back while it is read)."""
+    from service.errors import MetricSearchError
+    from service.snapshot import create
+
+    try:
+        report = create(_settings(bundle_dir=bundle, data_dir=data_dir), path)
+    except MetricSearchError as exc:
+        _fail(str(exc))
+    typer.echo(f"snapshot of {report.items} items written to {report.path} ({report.bytes / 1e6:.1f} MB)")
+
+
+@snapshot_app.command("restore")
+def snapshot_restore(
+    path: Annotated[Path, typer.Argument(help="archive made by `metricsearch snapshot create`")],
+    bundle: Annotated[Path | None, typer.Option(help="bundle folder (MS_BUNDLE_DIR); must be the snapshot's")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
+    overwrite: Annotated[bool, typer.Option(help="replace an existing store")] = False,
+) -> None:
+    """Replace the store by a snapshot, after checking it was made for this bundle."""
+    from service.errors import MetricSearchError
+    from service.snapshot import restore
+
+    try:
+        report = restore(_settings(bundle_dir=bundle, data_dir=data_dir), path, overwrite=overwrite)
+    except MetricSearchError as exc:
+        _fail(str(exc))
+    typer.echo(f"restored {report.items} items into {report.path}")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Micro-batching of concurrent text queries: one encoder call serves every query that arrived within a short
 window, up to a token budget, behind a bounded queue that refuses (429) rather than letting latency grow
 without bound. The pattern of text-embeddings-inference's queue, written by hand because no library here
-batches asyncio requests into a thread-bound ONNX call."""
+batches asyncio requests into a thread-bound ONNX call. Texts found in the embedding cache skip the queue."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.cache import EmbeddingCache
 from service.errors import OverloadedError
 
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
@@ -35,8 +36,10 @@ class QueryBatcher:
         queue_size: int,
         max_length: int,
         on_batch: Callable[[int], None] | None = None,
+        cache: EmbeddingCache | None = None,
     ) -> None:
         self._encode = encode
+        self._cache = cache
         self._window_s = window_s
         self._max_tokens = max_tokens
         self._max_length = max_length
@@ -53,7 +56,21 @@ class QueryBatcher:
         return min(self._max_length, len(text) // 3 + 2)
 
     async def encode(self, texts: list[str]) -> np.ndarray:
-        """Vectors for `texts`, encoded together with whatever else is waiting; 429 when the queue is full."""
+        """Vectors for `texts`: cached ones at once, the rest encoded together with whatever else is waiting; 429
+        when the queue is full."""
+        if self._cache is None:
+            return await self._enqueue(texts)
+        vectors = [self._cache.get(t) for t in texts]
+        missing = [t for t, v in zip(texts, vectors, strict=True) if v is None]
+        if missing:
+            fresh = iter(await self._enqueue(missing))
+            for n, text in enumerate(texts):
+                if vectors[n] is None:
+                    vectors[n] = next(fresh)
+                    self._cache.put(text, vectors[n])
+        return np.stack(vectors)
+
+    async def _enqueue(self, texts: list[str]) -> np.ndarray:
         loop = asyncio.get_running_loop()
         pending = _Pending(texts, sum(self._estimate_tokens(t) for t in texts), loop.create_future())
         try:

@@ -28,6 +28,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class Agreement(_Strict):
+    """How closely a reduced-precision encoder agrees with the fp32 graph it was made from, measured at export on a
+    catalog: the service refuses a bundle whose overlap is below MS_MIN_NEIGHBOUR_OVERLAP."""
+
+    dataset: str = Field(description="the catalog measured on")
+    texts: int = Field(gt=0, description="titles and descriptions encoded by both")
+    mean_cosine: float = Field(description="mean cosine between a text's fp32 and reduced-precision vectors")
+    min_cosine: float
+    neighbour_overlap: float = Field(
+        ge=0, le=1, description="mean share of each text's 10 nearest texts (cosine) that both encoders agree on"
+    )
+    backend: str = Field(description="the runtime that produced the reduced-precision vectors")
+
+
 class EncoderSpec(_Strict):
     """The ONNX graph: which file, what it takes and what it returns."""
 
@@ -39,7 +53,13 @@ class EncoderSpec(_Strict):
         "tokens: masked token embeddings, pooled by the service (second-order pooling)"
     )
     dim: int = Field(gt=0, description="width of the output vectors")
-    precision: Literal["fp32", "fp16", "int8"] = "fp32"
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = Field(
+        "fp32", description="what the encoder computes in; bf16 runs the fp32 graph in bf16 (OpenVINO)"
+    )
+    backend: Literal["onnxruntime", "openvino"] = Field(
+        "onnxruntime", description="the runtime the encoder was measured with and is fastest on"
+    )
+    agreement: Agreement | None = Field(None, description="measured agreement with fp32; none for an fp32 bundle")
 
 
 class FieldSpec(_Strict):
@@ -100,6 +120,11 @@ class Manifest(_Strict):
             raise ValueError("metric 'recobert' needs the fields title and description, both with weight > 0")
         if self.pooling == "mean" and self.encoder.output_kind != "pooled":
             raise ValueError("pooling 'mean' expects an encoder with output_kind 'pooled'")
+        if (self.pooling != "mean") != (self.encoder.output_kind == "tokens" and self.metric == "frobenius"):
+            raise ValueError(
+                "second-order pooling ('cov', 'svd') goes with encoder output_kind 'tokens' and metric 'frobenius', "
+                "and only with them"
+            )
         return self
 
     def weight(self, field: FieldName) -> float:
@@ -161,6 +186,18 @@ def load_bundle(path: Path) -> Bundle:
         if not needed.is_file():
             raise BundleError(f"{manifest_path} names {needed.name}, which is missing from {path}")
     return bundle
+
+
+def check_agreement(bundle: Bundle, floor: float) -> None:
+    """Refuse a reduced-precision bundle whose measured neighbour overlap with fp32 is below `floor`; a bundle
+    without a record (fp32) passes."""
+    agreement = bundle.manifest.encoder.agreement
+    if agreement is not None and agreement.neighbour_overlap < floor:
+        raise BundleError(
+            f"{bundle.path}: its {bundle.manifest.encoder.precision} encoder keeps {agreement.neighbour_overlap:.3f} "
+            f"of fp32's top-10 neighbours on {agreement.dataset}, below MS_MIN_NEIGHBOUR_OVERLAP={floor}: "
+            "export it with another --precision (fp32 is exact) or lower the floor"
+        )
 
 
 def write_manifest(manifest: Manifest, folder: Path) -> Path:

@@ -1,21 +1,25 @@
 """Use cases: index items (embed each field once, store once) and find similar items (ANN candidates from the
-store, then an exact per-field rerank in numpy with the bundle's metric)."""
+store, then an exact per-field rerank in numpy with the bundle's metric).
+
+A second-order bundle (pooling cov or svd) stores two vectors per item: the packed first-order (mean) vector that
+the ANN search uses, and the per-field factors (F x rank x dim, flattened) that the Frobenius rerank reads back."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from service import scoring
+from service import scoring, second_order
 from service.bundle import Bundle, Manifest
 from service.encoder import Encoder
 from service.errors import InvalidInputError, NotFoundError
 from service.store.base import Condition, MetadataValue, Store, StoredItem, VectorSchema
 
 ANN_VECTOR = "ann"
+FACTORS_VECTOR = "factors"
 
 
 @dataclass(frozen=True)
@@ -43,10 +47,12 @@ class Match:
 
 @dataclass(frozen=True)
 class QueryVectors:
-    """A query's unit vector per bundle field, (F, dim), and which fields it has."""
+    """A query's unit vector per bundle field, (F, dim), which fields it has, and for a second-order bundle its
+    factors per field, (F, rank, dim)."""
 
     fields: np.ndarray
     present: np.ndarray
+    factors: np.ndarray | None = None
 
 
 def content_hash(title: str, description: str) -> str:
@@ -57,15 +63,25 @@ def content_hash(title: str, description: str) -> str:
 def vector_schema(bundle: Bundle) -> VectorSchema:
     manifest = bundle.manifest
     fields = [f for f in manifest.fields if f.weight > 0]
-    return VectorSchema(
-        sizes={ANN_VECTOR: manifest.encoder.dim * len(fields)}, ann=ANN_VECTOR, identity=bundle.identity
-    )
+    sizes = {ANN_VECTOR: manifest.encoder.dim * len(fields)}
+    if manifest.pooling != "mean":
+        rank = second_order.serving_rank(manifest.pooling, manifest.rank_k)
+        sizes[FACTORS_VECTOR] = len(fields) * rank * manifest.encoder.dim
+    return VectorSchema(sizes=sizes, ann=ANN_VECTOR, identity=bundle.identity)
 
 
 class Catalog:
     def __init__(
-        self, manifest: Manifest, encoder: Encoder, store: Store, *, candidates_min: int, candidates_factor: int
+        self,
+        manifest: Manifest,
+        encoder: Encoder,
+        store: Store,
+        *,
+        candidates_min: int,
+        candidates_factor: int,
+        on_write: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_write` runs after every write (or failed write attempt) reached the store: it retires cached answers."""
         self.manifest = manifest
         self.encoder = encoder
         self.store = store
@@ -73,6 +89,7 @@ class Catalog:
         self.weights = [f.weight for f in manifest.fields if f.weight > 0]
         self._candidates_min = candidates_min
         self._candidates_factor = candidates_factor
+        self._on_write = on_write
 
     # ---------------------------------------------------------------- writes
     def index(self, items: Sequence[Item], batch_size: int = 64) -> IndexResult:
@@ -92,12 +109,23 @@ class Catalog:
             else:
                 unchanged += 1
 
-        records = self._encode_items(to_encode, batch_size)
+        records: list[StoredItem] = []
         if metadata_only:
             kept = self.store.get([i.id for i in metadata_only], with_vectors=True)
-            records += [self._record(i, kept[i.id].vectors[ANN_VECTOR]) for i in metadata_only if i.id in kept]
+            for item in metadata_only:
+                # A concurrent write may have changed or deleted the item since the read above: encode it afresh
+                # rather than pair its texts with another text's vectors, or drop an item we acknowledge.
+                old = kept.get(item.id)
+                if old is not None and old.content_hash == content_hash(item.title, item.description):
+                    records.append(self._record(item, old.vectors))
+                else:
+                    to_encode.append(item)
+        records += self._encode_items(to_encode, batch_size)
         if records:
-            self.store.upsert(records)
+            try:
+                self.store.upsert(records)
+            finally:  # a failed upsert may still have written some points
+                self._on_write()
         return IndexResult(indexed=len(records), unchanged=unchanged)
 
     def _encode_items(self, items: Sequence[Item], batch_size: int) -> list[StoredItem]:
@@ -110,25 +138,36 @@ class Catalog:
                 if text.strip():
                     texts.append(text)
                     slots.append((row, col))
-        vectors = self.encoder.encode(texts, batch_size=batch_size)
-        per_field = np.zeros((len(items), len(self.fields), self.encoder.dim), dtype=np.float32)
+        encoded = self.encoder.encode(texts, batch_size=batch_size)
+        dim = self.encoder.dim
+        per_field = np.zeros((len(items), len(self.fields), encoded.shape[1]), dtype=np.float32)
         rows, cols = zip(*slots, strict=True)
-        per_field[list(rows), list(cols)] = vectors
-        packed = scoring.pack(per_field, self.weights)
-        return [self._record(item, packed[row]) for row, item in enumerate(items)]
+        per_field[list(rows), list(cols)] = encoded
+        packed = scoring.pack(per_field[:, :, :dim], self.weights)
+        if not self.encoder.rank:
+            return [self._record(item, {ANN_VECTOR: packed[row]}) for row, item in enumerate(items)]
+        factors = per_field[:, :, dim:].reshape(len(items), -1)  # missing fields: zero factors
+        return [
+            self._record(item, {ANN_VECTOR: packed[row], FACTORS_VECTOR: factors[row]})
+            for row, item in enumerate(items)
+        ]
 
-    def _record(self, item: Item, packed: np.ndarray) -> StoredItem:
+    def _record(self, item: Item, vectors: dict[str, np.ndarray]) -> StoredItem:
         return StoredItem(
             id=item.id,
             title=item.title,
             description=item.description,
             metadata=dict(item.metadata or {}),
             content_hash=content_hash(item.title, item.description),
-            vectors={ANN_VECTOR: packed},
+            vectors=dict(vectors),
         )
 
     def delete(self, item_id: str) -> None:
-        if self.store.delete([item_id]) == 0:
+        try:
+            deleted = self.store.delete([item_id])
+        finally:
+            self._on_write()
+        if deleted == 0:
             raise NotFoundError(f"no item with id {item_id!r}")
 
     # ---------------------------------------------------------------- reads
@@ -156,7 +195,13 @@ class Catalog:
             fields[:], present[:] = encoded[0], True
         else:
             fields[: len(encoded)], present[: len(encoded)] = encoded, True
-        return QueryVectors(scoring.normalize_rows(fields), present)
+        dim = self.encoder.dim
+        factors = self._factors(fields[:, dim:].reshape(-1)) if self.encoder.rank else None
+        return QueryVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
+
+    def _factors(self, flat: np.ndarray) -> np.ndarray:
+        """Flattened per-field factors, (..., F * rank * dim) -> (..., F, rank, dim)."""
+        return flat.reshape(*flat.shape[:-1], len(self.fields), self.encoder.rank, self.encoder.dim)
 
     def similar_to_item(
         self, item_id: str, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
@@ -167,7 +212,8 @@ class Catalog:
             raise NotFoundError(f"no item with id {item_id!r}: index it first, or query by text")
         packed = found.vectors[ANN_VECTOR][None, :]
         fields, present = scoring.unpack(packed, len(self.fields))
-        return self.similar(QueryVectors(fields[0], present[0]), k, conditions, [*exclude_ids, item_id])
+        factors = self._factors(found.vectors[FACTORS_VECTOR]) if self.encoder.rank else None
+        return self.similar(QueryVectors(fields[0], present[0], factors), k, conditions, [*exclude_ids, item_id])
 
     def similar(
         self, query: QueryVectors, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
@@ -180,13 +226,19 @@ class Catalog:
         if not found.ids:
             return []
         candidates, candidates_present = scoring.unpack(found.vectors[ANN_VECTOR], len(self.fields))
-        distances = scoring.per_field_distances(query.fields, query.present, candidates, candidates_present)
-        if self.manifest.metric == "recobert":
-            scores = scoring.recobert_score(
-                query.fields, query.present, candidates, candidates_present, self.manifest.recobert_lambdas
+        if self.manifest.metric == "frobenius":
+            field_values = second_order.per_field_similarity(
+                query.factors, query.present, self._factors(found.vectors[FACTORS_VECTOR]), candidates_present
             )
+            scores = second_order.weighted_score(field_values, self.weights)
         else:
-            scores = scoring.per_field_score(distances, self.weights)
+            field_values = -scoring.per_field_distances(query.fields, query.present, candidates, candidates_present)
+            if self.manifest.metric == "recobert":
+                scores = scoring.recobert_score(
+                    query.fields, query.present, candidates, candidates_present, self.manifest.recobert_lambdas
+                )
+            else:
+                scores = scoring.per_field_score(-field_values, self.weights)
         both = candidates_present & query.present[None, :]
         best = scoring.top_k(scores, k)
         # Payloads only for the k kept; an item deleted since the search is left out.
@@ -198,7 +250,8 @@ class Catalog:
                 title=item.title,
                 metadata=item.metadata,
                 field_scores={
-                    name: (float(-distances[i, col]) if both[i, col] else None) for col, name in enumerate(self.fields)
+                    name: (float(field_values[i, col]) if both[i, col] else None)
+                    for col, name in enumerate(self.fields)
                 },
             )
             for i in best

@@ -4,9 +4,10 @@ environment. The README's settings table documents each field (a test keeps them
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
 class Settings(BaseSettings):
@@ -44,7 +45,9 @@ class Settings(BaseSettings):
         "auto", description="ONNX Runtime providers, comma-separated; auto = CUDA when available, else CPU"
     )
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = one per core")
-    query_batch_window_ms: float = Field(2.0, ge=0, description="how long a text query waits for others to batch with")
+    query_batch_window_ms: float = Field(
+        0.0, ge=0, description="how long a text query waits for others to batch with (0: measured best)"
+    )
     query_batch_max_tokens: int = Field(8192, gt=0, description="tokens in one batched encoder call")
     query_queue_size: int = Field(256, gt=0, description="text queries waiting to be encoded (429 beyond)")
     index_batch_size: int = Field(64, gt=0, description="texts per encoder call when indexing")
@@ -56,4 +59,47 @@ class Settings(BaseSettings):
     # --- embedded store maintenance
     optimize_after_writes: int = Field(
         5000, ge=0, description="points written before the HNSW index is rebuilt in the background; 0 = never"
+    )
+
+    # --- Qdrant cluster layout (used once, when the service creates its collection on a server)
+    qdrant_shards: int | None = Field(
+        None, ge=1, description="shards of the collection; unset = the server's default (one per cluster node)"
+    )
+    qdrant_replication: int | None = Field(
+        None, ge=1, description="replication_factor: copies of each shard on distinct nodes; unset = 1"
+    )
+
+    # --- reliability and security (README: limits table)
+    sync_writes: bool = Field(
+        False, description="embedded store: fsync before /index and DELETE answer (group commit); survives power loss"
+    )
+    max_metadata_bytes: int = Field(16384, gt=0, description="bytes of one item's metadata as JSON (413 beyond)")
+    request_timeout_s: float = Field(
+        10.0, gt=0, description="a /similar request waiting longer than this for the encoder gets 503 (Retry-After)"
+    )
+    cors_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="comma-separated origins allowed by CORS; empty = no cross-origin access"
+    )
+
+    @field_validator("cors_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: object) -> object:
+        return [o.strip() for o in value.split(",") if o.strip()] if isinstance(value, str) else value
+
+    # --- caches and workers (README: "Serving fast")
+    embedding_cache_size: int = Field(10000, ge=0, description="query-text vectors kept in an LRU; 0 = off")
+    answer_cache_size: int = Field(
+        10000, ge=0, description="/similar-by-id answers kept in an LRU until the next write; 0 = off"
+    )
+    workers: int = Field(
+        1, ge=1, description="uvicorn worker processes; more than 1 needs a Qdrant server (qdrant_url)"
+    )
+
+    # --- encoder backend and reduced precision
+    encoder_backend: Literal["auto", "onnxruntime", "openvino"] = Field(
+        "auto",
+        description="runtime of the encoder; auto = the bundle's (encoder.backend) when installed, else onnxruntime",
+    )
+    min_neighbour_overlap: float = Field(
+        0.95, ge=0, le=1, description="refuse a bundle whose recorded top-10 neighbour overlap with fp32 is lower"
     )

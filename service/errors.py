@@ -35,6 +35,12 @@ class OverloadedError(MetricSearchError):
         self.retry_after_s = retry_after_s
 
 
+class TimedOutError(MetricSearchError):
+    """A request that waited longer than MS_REQUEST_TIMEOUT_S for the encoder (503 with Retry-After)."""
+
+    retry_after_s = 1
+
+
 class StoreUnavailableError(MetricSearchError):
     """Qdrant does not answer (503)."""
 

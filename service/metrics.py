@@ -31,5 +31,15 @@ class Metrics:
         self.rejected = Counter(
             "metricsearch_rejected_requests", "requests refused by status code", ["status"], registry=self.registry
         )
+        self.cache_lookups = Counter(
+            "metricsearch_cache_lookups",
+            "cache lookups by cache (embedding: query texts; answer: /similar by id) and outcome (hit, miss)",
+            ["cache", "outcome"],
+            registry=self.registry,
+        )
         items = Gauge("metricsearch_items", "items in the store", registry=self.registry)
         items.set_function(item_count)
+
+    def cache_counters(self, cache: str) -> tuple[Callable[[], None], Callable[[], None]]:
+        """(on_hit, on_miss) callbacks of one cache, bound once so a lookup costs one increment."""
+        return self.cache_lookups.labels(cache, "hit").inc, self.cache_lookups.labels(cache, "miss").inc

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
+from functools import cached_property
 
+import orjson
 from threadpoolctl import threadpool_limits
 
 from service.batcher import QueryBatcher
-from service.bundle import Bundle, load_bundle
+from service.bundle import Bundle, check_agreement, load_bundle
+from service.cache import AnswerCache, EmbeddingCache
 from service.catalog import Catalog, vector_schema
 from service.config import Settings
 from service.encoder import Encoder
-from service.errors import BundleError
+from service.errors import BundleError, StoreMismatchError, StoreUnavailableError
 from service.metrics import Metrics
 from service.store import open_store
 from service.store.base import Store
@@ -29,6 +33,12 @@ class Runtime:
     catalog: Catalog
     batcher: QueryBatcher
     metrics: Metrics
+    answers: AnswerCache
+
+    @cached_property
+    def model_json(self) -> bytes:
+        """The bundle's name as JSON, in every /similar answer."""
+        return orjson.dumps(self.bundle.manifest.name)
 
     def close(self) -> None:
         self.store.close()
@@ -40,22 +50,31 @@ def build_runtime(settings: Settings) -> Runtime:
     # BLAS threads would fight the request threads for 2 cores (measured: 42 vs 417 req/s); the reranks are small.
     threadpool_limits(limits=1)
     bundle = load_bundle(settings.bundle_dir)
+    check_agreement(bundle, settings.min_neighbour_overlap)
     manifest = bundle.manifest
-    if manifest.pooling != "mean" or manifest.metric not in ("angular", "recobert"):
+    metrics_served = ("angular", "recobert") if manifest.pooling == "mean" else ("frobenius",)
+    served = manifest.metric in metrics_served
+    if not served:
         raise BundleError(
             f"{settings.bundle_dir}: pooling {manifest.pooling!r} with metric {manifest.metric!r} is not served by "
-            "this version (it serves pooling 'mean' with metric 'angular' or 'recobert'): export the bundle with those"
+            "this version (it serves pooling 'mean' with metric 'angular' or 'recobert', and pooling 'cov' or 'svd' "
+            "with metric 'frobenius'): export the bundle with those"
         )
-    encoder = Encoder(bundle, settings.providers, settings.intra_op_threads)
-    store = open_store(settings, vector_schema(bundle))
+    encoder = Encoder(bundle, settings.providers, settings.intra_op_threads, settings.encoder_backend)
+    # A Qdrant server that is down at start-up is waited for: the service starts unready (/readyz 503) and recovers
+    # when Qdrant answers, so pods need not be started in order.
+    store = open_store(settings, vector_schema(bundle), wait_for_server=True)
+    metrics = Metrics(item_count=lambda: _item_count(store))
+    # A Qdrant server may be written by other replicas, whose writes this process never sees: no answer cache there.
+    answers = AnswerCache(0 if settings.qdrant_url else settings.answer_cache_size, *metrics.cache_counters("answer"))
     catalog = Catalog(
         bundle.manifest,
         encoder,
         store,
         candidates_min=settings.candidates_min,
         candidates_factor=settings.candidates_factor,
+        on_write=answers.bump,
     )
-    metrics = Metrics(item_count=store.count)
     batcher = QueryBatcher(
         lambda texts: encoder.encode(texts, batch_size=len(texts)),
         window_s=settings.query_batch_window_ms / 1000,
@@ -63,6 +82,15 @@ def build_runtime(settings: Settings) -> Runtime:
         queue_size=settings.query_queue_size,
         max_length=encoder.max_length,
         on_batch=metrics.encode_batch_texts.observe,
+        cache=EmbeddingCache(settings.embedding_cache_size, bundle.identity, *metrics.cache_counters("embedding")),
     )
-    log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": store.count()})
-    return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics)
+    log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": _item_count(store)})
+    return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers)
+
+
+def _item_count(store: Store) -> float:
+    """NaN while the store does not answer, so /metrics and the start-up log keep working through an outage."""
+    try:
+        return store.count()
+    except (StoreUnavailableError, StoreMismatchError):
+        return math.nan

@@ -35,7 +35,8 @@ class ServiceProcess:
     def client(self, **headers: str) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60, headers=headers)
 
-    def start(self, timeout_s: float = 90) -> None:
+    def start(self, timeout_s: float = 90, until: str = "/readyz") -> None:
+        """Start and wait until `until` answers 200 (`/healthz` for a service expected to start unready)."""
         env = {
             **os.environ,
             "MS_BUNDLE_DIR": str(self.bundle),
@@ -55,13 +56,13 @@ class ServiceProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"service exited with {self.process.returncode}: {self.log()}")
             try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}{until}", timeout=1).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
         self.stop()
-        raise RuntimeError(f"service not ready after {timeout_s} s: {self.log()}")
+        raise RuntimeError(f"{until} not 200 after {timeout_s} s: {self.log()}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""

@@ -48,6 +48,15 @@ def test_serve_refuses_a_bundle_of_another_schema_version(tiny_bundle, tmp_path)
     assert "schema_version 2" in result.stderr and "reads version 1" in result.stderr
 
 
+def test_serve_refuses_several_workers_on_the_embedded_store(tiny_bundle, tmp_path):
+    args = ["serve", "--bundle", str(tiny_bundle), "--data-dir", str(tmp_path / "data"), "--port", "1"]
+    result = run_cli(*args, "--workers", "2")
+    assert result.returncode == 2
+    assert "2 workers need a Qdrant server" in result.stderr and "MS_QDRANT_URL" in result.stderr
+    assert not (tmp_path / "data").exists()  # refused before anything was opened
+    assert run_cli(*args, env={"MS_WORKERS": "3"}).returncode == 2
+
+
 def test_serve_refuses_a_store_built_by_a_bundle_of_other_dimensions(tiny_bundle, tmp_path):
     data = tmp_path / "data"
     catalog = _write_catalog(tmp_path / "c.csv")

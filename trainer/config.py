@@ -65,6 +65,8 @@ class TrainConfig(BaseModel):
     mlm_warmup_steps: int | None = Field(None, ge=0)
     siamese_distance: Literal["cosine", "euclidean"] = "cosine"
     triplet_distance: Literal["euclidean", "cosine"] = "euclidean"
+    pooling: Literal["mean", "cov", "svd"] = "mean"
+    rank_k: int | None = Field(None, gt=0, description="rank of the svd pooling")
 
     resume: bool = False
 
@@ -95,6 +97,11 @@ class TrainConfig(BaseModel):
             _reject_unused(self, self.objective, ("mlm_weight", "mlm_warmup_steps"))
             self.mlm_weight, self.mlm_warmup_steps = 0.0, 0
         self.margin = self._margin()
+        if (self.pooling == "svd") != (self.rank_k is not None):
+            raise ValueError(
+                "--rank-k K goes with --pooling svd, and only with it (a cov model is truncated at export: "
+                "`metricsearch export --pooling cov --rank-k K`)"
+            )
         if self.max_steps is not None and self.mlm_warmup_steps >= self.max_steps:
             raise ValueError(
                 f"mlm_warmup_steps ({self.mlm_warmup_steps}) must be below max_steps ({self.max_steps}): the "

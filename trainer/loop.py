@@ -186,8 +186,11 @@ class Loop:
     def _schedule(self, state: dict[str, Any] | None) -> torch.optim.lr_scheduler.LambdaLR:
         """The learning-rate schedule over `self.total` steps (known by now), restored from `state` on resume."""
         if self.total is None or self.head_warmup >= self.total:
+            steps = f"{self.total} steps"
+            if self.config.time_budget_s is not None and self.config.max_steps is None:
+                steps += f" (all that --time-budget-s {self.config.time_budget_s:g} fits, evaluations included)"
             raise TrainerError(
-                f"--mlm-warmup-steps {self.head_warmup} leaves no joint training in {self.total} steps: lower it, "
+                f"--mlm-warmup-steps {self.head_warmup} leaves no joint training in {steps}: lower it, "
                 "or raise --max-steps, --epochs or --time-budget-s"
             )
         if state is not None and state["step"] > self.total:

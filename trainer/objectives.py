@@ -3,7 +3,9 @@ composing the distances and losses of `trainer.losses`, the MLM head of `trainer
 own losses where they compute the same thing.
 
 Forward passes run under bf16 autocast when asked; every loss is computed from float32 embeddings (casting
-after the encoder), because cosines of near neighbours are indistinguishable in bfloat16.
+after the encoder), because cosines of near neighbours are indistinguishable in bfloat16. Every objective compares
+texts through the configured pooling (`trainer.pooling`): the mean embedding, or the unit second-order vector whose
+cosine is S_F.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from trainer.config import TrainConfig
 from trainer.data import ScoredPair, Triplet, mask_tokens
 from trainer.errors import TrainerError
 from trainer.mlm import MLMHead
+from trainer.pooling import pool
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,14 @@ class Objective(Protocol):
     head: MLMHead | None
 
     def __call__(self, batch: Sequence[Any]) -> BatchLoss: ...
+
+
+def _embed_columns(model: SentenceTransformer, columns: list[dict[str, Any]], config: TrainConfig) -> list[Tensor]:
+    """One float32 representation per column: sentence-transformers' merged forward for mean pooling; one forward
+    per column for second-order pooling, which needs each column's token embeddings and mask."""
+    if config.pooling == "mean":
+        return [e.float() for e in embed_columns(model, columns)]
+    return [pool(model(features), config.pooling, config.rank_k).float() for features in columns]
 
 
 def _features(model: SentenceTransformer, texts: list[str]) -> dict[str, Any]:
@@ -115,6 +126,7 @@ class _TitleDescriptionObjective:
         self.model, self.mlm, self.generator, self.amp = model, mlm, generator, amp
         self.head = mlm.head if mlm else None
         self.similarity_weight, self.mlm_weight = config.similarity_weight, config.mlm_weight
+        self.pooling, self.rank_k = config.pooling, config.rank_k
 
     def _encode(self, titles: list[str], descriptions: list[str]) -> tuple[Tensor, Tensor, Tensor | None]:
         """(title embeddings, description embeddings, MLM loss averaged over both fields or None)."""
@@ -127,7 +139,9 @@ class _TitleDescriptionObjective:
             if self.mlm:  # both fields are reconstructed, as in the paper
                 title_mlm = self.mlm.loss(title_out["token_embeddings"], labels[0])
                 mlm_loss = (title_mlm + self.mlm.loss(description_out["token_embeddings"], labels[1])) / 2
-        return title_out["sentence_embedding"].float(), description_out["sentence_embedding"].float(), mlm_loss
+            titles = pool(title_out, self.pooling, self.rank_k).float()
+            descriptions = pool(description_out, self.pooling, self.rank_k).float()
+        return titles, descriptions, mlm_loss
 
 
 class MetricBERT(_TitleDescriptionObjective):
@@ -207,13 +221,13 @@ class SiameseSBERT:
     head = None
 
     def __init__(self, model: SentenceTransformer, config: TrainConfig, amp: _Autocast) -> None:
-        self.model, self.amp, self.distance = model, amp, config.siamese_distance
+        self.model, self.amp, self.distance, self.config = model, amp, config.siamese_distance, config
         self.cosine_loss = CosineSimilarityLoss(model)
 
     def __call__(self, batch: Sequence[ScoredPair]) -> BatchLoss:
         columns = [_features(self.model, [p.text_a for p in batch]), _features(self.model, [p.text_b for p in batch])]
         with self.amp():
-            embeddings = [e.float() for e in embed_columns(self.model, columns)]
+            embeddings = _embed_columns(self.model, columns, self.config)
         scores = torch.tensor([p.score for p in batch], dtype=torch.float32, device=self.model.device)
         if self.distance == "cosine":
             loss = self.cosine_loss.compute_loss_from_embeddings(embeddings, scores)
@@ -229,7 +243,7 @@ class TripletSBERT:
     head = None
 
     def __init__(self, model: SentenceTransformer, config: TrainConfig, amp: _Autocast) -> None:
-        self.model, self.amp = model, amp
+        self.model, self.amp, self.config = model, amp, config
         metric = (
             TripletDistanceMetric.EUCLIDEAN if config.triplet_distance == "euclidean" else TripletDistanceMetric.COSINE
         )
@@ -242,7 +256,7 @@ class TripletSBERT:
             _features(self.model, [t.negative for t in batch]),
         ]
         with self.amp():
-            embeddings = [e.float() for e in embed_columns(self.model, columns)]
+            embeddings = _embed_columns(self.model, columns, self.config)
         loss = self.triplet_loss.compute_loss_from_embeddings(embeddings, None)
         return BatchLoss(loss, {"triplet": loss.item()})
 

@@ -44,7 +44,7 @@ def train(config: TrainConfig) -> TrainResult:
     from trainer.mlm import MLMHead
     from trainer.model import default_base, load_encoder
     from trainer.objectives import build_objective
-    from trainer.validation import build_validator
+    from trainer.validation import Pooling, build_validator
 
     packaged = config.base is None
     base = default_base() if packaged else Path(config.base)
@@ -61,12 +61,15 @@ def train(config: TrainConfig) -> TrainResult:
             head = MLMHead.load(last / HEAD_FOLDER, model[0].auto_model.get_input_embeddings())
         generator = torch.Generator().manual_seed(config.seed + 1)
         objective = build_objective(config, model, generator=generator, bf16=bf16, head=head)
-        validator = build_validator(config.objective, held_out, config.triplet_distance) if held_out else None
+        pooling = Pooling(config.pooling, config.rank_k)
+        validator = build_validator(config.objective, held_out, config.triplet_distance, pooling) if held_out else None
         provenance = {
             "objective": config.objective,
             "base_model": PACKAGED_BASE_MODEL if packaged else str(base),
             "training_data": str(data_file),
             "training_data_digest": file_digest(data_file),
+            "pooling": config.pooling,
+            "rank_k": config.rank_k,
         }
         loop = Loop(
             config,

@@ -1,6 +1,7 @@
 """Validation metrics for early stopping, on a held-out slice of the training data (no labels needed for a
 catalog): MRR of title -> description retrieval, Spearman of cosine vs score on scored pairs, and triplet
-accuracy. Higher is better for all three."""
+accuracy. Higher is better for all three. A second-order run (pooling cov or svd) is validated as the service will
+serve it: S_F from the factors `service.second_order` computes from the token embeddings."""
 
 from __future__ import annotations
 
@@ -8,19 +9,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import spearmanr
+import torch
 from sentence_transformers import SentenceTransformer
 
+from evaluation.metrics import pessimistic_rank, ranking_metrics, spearman
+from service import second_order
 from service.catalog import Item
 from trainer.data import ScoredPair, Triplet
-from trainer.metrics import pessimistic_rank, ranking_metrics
 
 ENCODE_BATCH = 64
 
 
 def diagonal_mrr(scores: np.ndarray) -> float:
     """MRR of an (n, n) score matrix (higher = more similar) whose relevant column for row i is column i, with
-    the benchmark's pessimistic ties (trainer.metrics), so validation and BENCHMARKS.md count alike."""
+    the benchmark's pessimistic ties (evaluation.metrics), so validation and BENCHMARKS.md count alike."""
     ranks = [pessimistic_rank(row, i) for i, row in enumerate(np.asarray(scores))]
     return ranking_metrics(ranks, len(ranks))["MRR"]
 
@@ -28,13 +30,6 @@ def diagonal_mrr(scores: np.ndarray) -> float:
 def triplet_accuracy(d_pos: np.ndarray, d_neg: np.ndarray) -> float:
     """Share of triplets whose positive is strictly nearer the anchor than the negative."""
     return float(np.mean(np.asarray(d_pos) < np.asarray(d_neg)))
-
-
-def spearman(predicted: np.ndarray, gold: np.ndarray) -> float:
-    """Spearman rank correlation; 0 when either side is constant (undefined, and no evidence of skill)."""
-    if np.ptp(predicted) == 0 or np.ptp(gold) == 0:
-        return 0.0
-    return float(spearmanr(predicted, gold).statistic)
 
 
 def _encode(model: SentenceTransformer, texts: list[str]) -> np.ndarray:
@@ -47,28 +42,80 @@ def _encode(model: SentenceTransformer, texts: list[str]) -> np.ndarray:
         model.train()
 
 
-def catalog_mrr(model: SentenceTransformer, items: Sequence[Item]) -> float:
-    """Each held-out title ranks every held-out description by cosine (the order angular distance gives); its
-    own description is the hit."""
-    titles = _encode(model, [i.title for i in items])
-    descriptions = _encode(model, [i.description for i in items])
-    return diagonal_mrr(titles @ descriptions.T)
+@dataclass(frozen=True)
+class Pooling:
+    """How texts are compared: cosine of mean embeddings, or S_F of factors (cov, svd) as the service scores them."""
+
+    name: str = "mean"
+    rank_k: int | None = None
+
+    def represent(self, model: SentenceTransformer, texts: list[str]) -> np.ndarray:
+        """(n, d) unit vectors, or (n, rank, d) factors for second-order pooling."""
+        if self.name == "mean":
+            return _encode(model, texts)
+        rank = second_order.serving_rank(self.name, self.rank_k)
+        return second_order.represent(token_matrices(model, texts), rank)[1]
+
+    @staticmethod
+    def pairwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """(len a, len b) similarities."""
+        return a @ b.T if a.ndim == 2 else second_order.pairwise_frobenius_similarity(a, b)
+
+    @staticmethod
+    def rowwise(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Similarity of a[i] and b[i] for every i."""
+        if a.ndim == 2:
+            return (a * b).sum(axis=1)
+        return np.array([second_order.frobenius_similarity(x, y[None])[0] for x, y in zip(a, b, strict=True)])
 
 
-def pairs_spearman(model: SentenceTransformer, pairs: Sequence[ScoredPair]) -> float:
-    a, b = _encode(model, [p.text_a for p in pairs]), _encode(model, [p.text_b for p in pairs])
-    return spearman((a * b).sum(axis=1), np.array([p.score for p in pairs]))
+def token_matrices(model: SentenceTransformer, texts: list[str]) -> list[np.ndarray]:
+    """Each text's (n_i, d) float32 token embeddings without its padding, what a `tokens` bundle's encoder returns;
+    leaves the model in training mode."""
+    model.eval()
+    matrices: list[np.ndarray] = []
+    try:
+        with torch.no_grad():
+            for start in range(0, len(texts), ENCODE_BATCH):
+                features = model.preprocess(texts[start : start + ENCODE_BATCH])
+                features = {k: v.to(model.device) if isinstance(v, torch.Tensor) else v for k, v in features.items()}
+                tokens = model(features)["token_embeddings"].float().cpu().numpy()
+                lengths = features["attention_mask"].sum(dim=1).tolist()  # BERT tokenizers pad on the right
+                matrices += [t[:n] for t, n in zip(tokens, lengths, strict=True)]
+    finally:
+        model.train()
+    return matrices
 
 
-def triplets_accuracy(model: SentenceTransformer, triplets: Sequence[Triplet], distance: str) -> float:
+def catalog_mrr(model: SentenceTransformer, items: Sequence[Item], pooling: Pooling | None = None) -> float:
+    """Each held-out title ranks every held-out description by cosine (the order angular distance gives) or S_F;
+    its own description is the hit."""
+    pooling = pooling or Pooling()
+    titles = pooling.represent(model, [i.title for i in items])
+    descriptions = pooling.represent(model, [i.description for i in items])
+    return diagonal_mrr(pooling.pairwise(titles, descriptions))
+
+
+def pairs_spearman(model: SentenceTransformer, pairs: Sequence[ScoredPair], pooling: Pooling | None = None) -> float:
+    pooling = pooling or Pooling()
+    a = pooling.represent(model, [p.text_a for p in pairs])
+    b = pooling.represent(model, [p.text_b for p in pairs])
+    return spearman(pooling.rowwise(a, b), np.array([p.score for p in pairs]))
+
+
+def triplets_accuracy(
+    model: SentenceTransformer, triplets: Sequence[Triplet], distance: str, pooling: Pooling | None = None
+) -> float:
     """Under the distance the model was trained with (euclidean or cosine), as sentence-transformers'
-    TripletEvaluator does."""
-    a = _encode(model, [t.anchor for t in triplets])
-    p = _encode(model, [t.positive for t in triplets])
-    n = _encode(model, [t.negative for t in triplets])
-    if distance == "euclidean":
+    TripletEvaluator does; 1 - S_F for second-order pooling (the euclidean distance between unit second-order
+    vectors orders triplets as it does)."""
+    pooling = pooling or Pooling()
+    a = pooling.represent(model, [t.anchor for t in triplets])
+    p = pooling.represent(model, [t.positive for t in triplets])
+    n = pooling.represent(model, [t.negative for t in triplets])
+    if distance == "euclidean" and pooling.name == "mean":
         return triplet_accuracy(np.linalg.norm(a - p, axis=1), np.linalg.norm(a - n, axis=1))
-    return triplet_accuracy(1 - (a * p).sum(axis=1), 1 - (a * n).sum(axis=1))
+    return triplet_accuracy(1 - pooling.rowwise(a, p), 1 - pooling.rowwise(a, n))
 
 
 @dataclass(frozen=True)
@@ -83,9 +130,14 @@ class Validator:
         return self.evaluate(model)
 
 
-def build_validator(objective: str, held_out: Sequence, triplet_distance: str = "euclidean") -> Validator:
+def build_validator(
+    objective: str, held_out: Sequence, triplet_distance: str = "euclidean", pooling: Pooling | None = None
+) -> Validator:
+    pooling = pooling or Pooling()
     if objective == "sbert-siamese":
-        return Validator("spearman", len(held_out), lambda m: pairs_spearman(m, held_out))
+        return Validator("spearman", len(held_out), lambda m: pairs_spearman(m, held_out, pooling))
     if objective == "sbert-triplet":
-        return Validator("triplet_accuracy", len(held_out), lambda m: triplets_accuracy(m, held_out, triplet_distance))
-    return Validator("mrr", len(held_out), lambda m: catalog_mrr(m, held_out))
+        return Validator(
+            "triplet_accuracy", len(held_out), lambda m: triplets_accuracy(m, held_out, triplet_distance, pooling)
+        )
+    return Validator("mrr", len(held_out), lambda m: catalog_mrr(m, held_out, pooling))

@@ -6,11 +6,24 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from service.api import errors
 from service.api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from service.api.routes import router
 from service.runtime import Runtime
+
+
+def app_from_environment() -> FastAPI:
+    """The factory each worker process calls under `metricsearch serve --workers N`: its own runtime (encoder,
+    batcher, caches) from the MS_ settings; the workers share only the Qdrant server."""
+    from service.config import Settings
+    from service.logs import configure_logging
+    from service.runtime import build_runtime
+
+    settings = Settings()
+    configure_logging(settings.log_level)
+    return create_app(build_runtime(settings))
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -34,4 +47,12 @@ def create_app(runtime: Runtime) -> FastAPI:
     errors.install(app)
     app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=runtime.settings.max_body_bytes)
+    if runtime.settings.cors_origins:
+        # Closed unless origins are listed: a browser page elsewhere may then call the API, never with cookies.
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=runtime.settings.cors_origins,
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
     return app

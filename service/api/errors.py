@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
 
 from service import errors
 
@@ -23,8 +24,12 @@ STATUS = {
     errors.PayloadTooLargeError: 413,
     errors.OverloadedError: 429,
     errors.StoreUnavailableError: 503,
+    errors.TimedOutError: 503,
     errors.BundleError: 503,
 }
+
+
+STORE_RETRY_AFTER_S = 2
 
 
 def status_of(exc: errors.MetricSearchError) -> int:
@@ -59,7 +64,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(errors.MetricSearchError)
     async def _domain(request: Request, exc: errors.MetricSearchError) -> JSONResponse:
         status = status_of(exc)
-        headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, errors.OverloadedError) else None
+        overloaded = isinstance(exc, errors.OverloadedError | errors.TimedOutError)
+        headers = {"Retry-After": str(exc.retry_after_s)} if overloaded else None
+        if isinstance(exc, errors.StoreUnavailableError):
+            # Qdrant is down or restarting: a retry soon may find it back (the service reconnects by itself).
+            headers = {"Retry-After": str(STORE_RETRY_AFTER_S)}
         if status == 401:
             headers = {"WWW-Authenticate": "Bearer"}
         return problem(status, str(exc), headers)
@@ -70,7 +79,13 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return problem(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            # The router lists only the first route matching the path; Allow must list every route's methods.
+            paths = app.openapi()["paths"]
+            allowed = next((ops for path, ops in paths.items() if compile_path(path)[0].match(request.url.path)), {})
+            headers = {"Allow": ", ".join(sorted(m.upper() for m in allowed))}
+        return problem(exc.status_code, str(exc.detail), headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
+import orjson
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import TypeAdapter
 
 from service.api.deps import RuntimeDep, require_read_key, require_write_key
 from service.api.schemas import (
@@ -19,8 +22,8 @@ from service.api.schemas import (
     SimilarResponse,
     SimilarResult,
 )
-from service.catalog import Item
-from service.errors import PayloadTooLargeError, StoreUnavailableError
+from service.catalog import Item, Match
+from service.errors import PayloadTooLargeError, StoreUnavailableError, TimedOutError
 from service.runtime import Runtime
 
 ERRORS = {code: {"model": ProblemDetail} for code in (400, 401, 403, 413, 422, 429, 503)}
@@ -57,11 +60,32 @@ async def index_items(body: IndexRequest, runtime: RuntimeDep) -> IndexResponse:
             raise PayloadTooLargeError(
                 f"items.{n}: metadata has {len(item.metadata)} keys; the limit is {settings.max_metadata_keys}"
             )
+        size = len(orjson.dumps(item.metadata))
+        if size > settings.max_metadata_bytes:
+            raise PayloadTooLargeError(
+                f"items.{n}: metadata is {size} bytes as JSON; the limit is {settings.max_metadata_bytes} "
+                "(MS_MAX_METADATA_BYTES): keep filterable attributes there, not documents"
+            )
     items = [Item(i.id, i.title, i.description, i.metadata) for i in body.items]
     result = await run_in_threadpool(runtime.catalog.index, items, settings.index_batch_size)
     runtime.metrics.indexed_items.labels("written").inc(result.indexed)
     runtime.metrics.indexed_items.labels("unchanged").inc(result.unchanged)
     return IndexResponse(indexed=result.indexed, unchanged=result.unchanged)
+
+
+JSON = "application/json"
+_RESULTS = TypeAdapter(list[SimilarResult])
+
+
+def _results_json(matches: list[Match]) -> bytes:
+    return _RESULTS.dump_json(
+        [
+            SimilarResult(
+                id=m.id, score=m.score, title=m.title, metadata=m.metadata, scores=FieldScores(**m.field_scores)
+            )
+            for m in matches
+        ]
+    )
 
 
 @router.post(
@@ -71,7 +95,7 @@ async def index_items(body: IndexRequest, runtime: RuntimeDep) -> IndexResponse:
     responses={404: {"model": ProblemDetail}},
     tags=["search"],
 )
-async def similar(body: SimilarRequest, runtime: RuntimeDep) -> SimilarResponse:
+async def similar(body: SimilarRequest, runtime: RuntimeDep) -> Response:
     """More like this: by a stored item's id, by free text, or by a title (+ description)."""
     started = time.perf_counter()
     catalog = runtime.catalog
@@ -79,23 +103,28 @@ async def similar(body: SimilarRequest, runtime: RuntimeDep) -> SimilarResponse:
     # Search and rerank run on the event loop: about 2 ms, mostly in the engine, which holds the GIL anyway, so a
     # thread hop would add latency without adding throughput.
     if body.id is not None:
-        matches = catalog.similar_to_item(body.id, body.k, conditions, body.exclude_ids)
+        # A repeated item-to-item request is answered from the answer cache until the next write (service/cache.py).
+        key = body.model_dump_json(include={"id", "k", "filter", "exclude_ids"})
+        generation = runtime.answers.generation
+        results = runtime.answers.get(generation, key)
+        if results is None:
+            results = _results_json(catalog.similar_to_item(body.id, body.k, conditions, body.exclude_ids))
+            runtime.answers.put(generation, key, results)
     else:
         _check_text_limits(runtime, body.title, body.text or body.description, "query")
         texts = catalog.query_texts(body.text, body.title, body.description)
-        encoded = await runtime.batcher.encode(texts)
+        try:
+            encoded = await asyncio.wait_for(runtime.batcher.encode(texts), runtime.settings.request_timeout_s)
+        except TimeoutError:
+            raise TimedOutError(
+                f"the query waited over {runtime.settings.request_timeout_s:g} s (MS_REQUEST_TIMEOUT_S) for the "
+                "encoder, which is overloaded: retry shortly"
+            ) from None
         query = catalog.query_vectors_from_texts(encoded, free_text=body.text is not None)
-        matches = catalog.similar(query, body.k, conditions, body.exclude_ids)
-    return SimilarResponse(
-        results=[
-            SimilarResult(
-                id=m.id, score=m.score, title=m.title, metadata=m.metadata, scores=FieldScores(**m.field_scores)
-            )
-            for m in matches
-        ],
-        model=runtime.bundle.manifest.name,
-        took_ms=round((time.perf_counter() - started) * 1000, 3),
-    )
+        results = _results_json(catalog.similar(query, body.k, conditions, body.exclude_ids))
+    took_ms = orjson.dumps(round((time.perf_counter() - started) * 1000, 3))
+    # The SimilarResponse fields, assembled from JSON pieces so a cached answer is served without re-serialising it.
+    return Response(b'{"results":%b,"model":%b,"took_ms":%b}' % (results, runtime.model_json, took_ms), media_type=JSON)
 
 
 @router.get(
@@ -130,9 +159,10 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", tags=["ops"])
 def readyz(runtime: RuntimeDep) -> dict[str, str | int]:
-    """Readiness: the bundle is loaded and the store answers."""
+    """Readiness: the bundle is loaded and the store answers (each probe retries a store that was down)."""
     if not runtime.store.healthy():
-        raise StoreUnavailableError("the vector store does not answer; see the service log")
+        where = f"Qdrant at {runtime.settings.qdrant_url}" if runtime.settings.qdrant_url else "the embedded store"
+        raise StoreUnavailableError(f"{where} does not answer yet; the service log says why, and each probe retries")
     return {"status": "ready", "model": runtime.bundle.manifest.name, "items": runtime.store.count()}
 
 

@@ -10,9 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from service.store.base import AnyOf, Condition, Equals, Range
 
 MAX_K = 100
+SafeInt = Annotated[StrictInt, Field(ge=-(2**53), le=2**53)]
+"""Integers exact in every JSON client (a double) and in the engine (64-bit): a larger one would fail in the engine
+(a 500) and, in the schema as a double, invite values just past any 64-bit bound."""
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 # Order matters: bool before int (JSON true is not 1), int before float.
-MetadataValue = StrictBool | StrictInt | FiniteFloat | StrictStr | list[StrictStr]
+MetadataValue = StrictBool | SafeInt | FiniteFloat | StrictStr | list[StrictStr]
 ItemId = Annotated[str, Field(min_length=1, max_length=256, description="your id of the item (any string)")]
 
 
@@ -22,7 +25,7 @@ class _Body(BaseModel):
 
 class ItemIn(_Body):
     id: ItemId
-    title: str = Field(min_length=1, description="required, not blank")
+    title: str = Field(min_length=1, description="required, not blank", json_schema_extra={"pattern": r"\S"})
     description: str = Field("", description="may be empty: the item then compares on its title")
     metadata: dict[str, MetadataValue] = Field(default_factory=dict, description="filterable attributes")
 
@@ -44,12 +47,26 @@ class IndexResponse(BaseModel):
 
 
 class InFilter(_Body):
-    in_: list[StrictStr | StrictInt] = Field(alias="in", min_length=1)
+    in_: list[StrictStr | SafeInt] = Field(alias="in", min_length=1)
+
+    @field_validator("in_", mode="before")
+    @classmethod
+    def _whole_numbers(cls, values: object) -> object:
+        """JSON has one number type: 3.0 is the integer 3, as JSON Schema reads it."""
+        if not isinstance(values, list):
+            return values
+        return [int(v) if isinstance(v, float) and v.is_integer() else v for v in values]
 
 
 class RangeFilter(_Body):
-    gte: FiniteFloat | StrictInt | None = None
-    lte: FiniteFloat | StrictInt | None = None
+    # What _some_bound checks, in the OpenAPI schema too (so clients and fuzzers know a bound is required).
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"anyOf": [{"required": [b], "properties": {b: {"type": "number"}}} for b in ("gte", "lte")]},
+    )
+
+    gte: FiniteFloat | SafeInt | None = None
+    lte: FiniteFloat | SafeInt | None = None
 
     @model_validator(mode="after")
     def _some_bound(self) -> RangeFilter:
@@ -58,17 +75,38 @@ class RangeFilter(_Body):
         return self
 
 
-FilterValue = StrictBool | StrictInt | FiniteFloat | StrictStr | InFilter | RangeFilter
+FilterValue = StrictBool | SafeInt | FiniteFloat | StrictStr | InFilter | RangeFilter
+
+
+def _one_query_schema(schema: dict) -> None:
+    """What _exactly_one_query checks, in the OpenAPI schema too: one of id, text or title is a string, and a
+    description goes with a title."""
+    null = {"type": "null"}
+    schema["oneOf"] = [
+        {
+            "required": ["id"],
+            "properties": {"id": {"type": "string"}, "text": null, "title": null, "description": null},
+        },
+        {
+            "required": ["text"],
+            "properties": {"text": {"type": "string"}, "id": null, "title": null, "description": null},
+        },
+        {"required": ["title"], "properties": {"title": {"type": "string"}, "id": null, "text": null}},
+    ]
 
 
 class SimilarRequest(_Body):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_one_query_schema)
+
     id: ItemId | None = Field(None, description="item-to-item: a stored item's id (the item is excluded)")
     text: str | None = Field(None, min_length=1, description="a free-text query, compared with every field")
     title: str | None = Field(None, min_length=1, description="a query item's title (with optional description)")
     description: str | None = Field(None, description="the query item's description (only with title)")
     k: int = Field(10, ge=1, le=MAX_K, description=f"results wanted, 1 to {MAX_K}")
     filter: dict[str, FilterValue] | None = Field(
-        None, description='metadata equality, {"in": [...]} or {"gte": .., "lte": ..} per key; all must hold'
+        None,
+        description='metadata equality, {"in": [...]} or {"gte": .., "lte": ..} per key; all must hold',
+        json_schema_extra={"propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"}},  # the keys a filter can address
     )
     exclude_ids: list[ItemId] = Field(default_factory=list, max_length=1000)
 

@@ -20,7 +20,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -81,7 +82,9 @@ class EdgeStore:
     """The Store on an embedded qdrant-edge shard.
 
     `optimize_after_writes`: points written since the last build that start a background HNSW build (0 = never);
-    `indexing_threshold_kb`: the engine's indexing threshold, lowered in tests to get HNSW from a few points."""
+    `indexing_threshold_kb`: the engine's indexing threshold, lowered in tests to get HNSW from a few points;
+    `sync_writes`: fsync before a write returns. Without it a returned write is in the WAL (an mmap), which
+    survives a crash of this process but not of the machine (QDRANT_EDGE.md)."""
 
     def __init__(
         self,
@@ -90,8 +93,10 @@ class EdgeStore:
         *,
         optimize_after_writes: int = 5000,
         indexing_threshold_kb: int | None = None,
+        sync_writes: bool = False,
     ) -> None:
         self._path = Path(path)
+        self._sync_writes = sync_writes
         self._schema = schema
         self._optimize_after_writes = optimize_after_writes
         self._threshold_kb = indexing_threshold_kb or DEFAULT_INDEXING_THRESHOLD_KB
@@ -107,14 +112,24 @@ class EdgeStore:
         # _write_lock serialises writes with each other and with a build's copy and swap (order: _write_lock first).
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
+        # Group commit: writes are numbered as applied; one flush covers every write applied before it began.
+        self._sync_lock = threading.Lock()
+        self._applied = 0
+        self._synced = 0
         self._journal: list[UpdateOperation] | None = None
         """Writes made since a build copied the shard, replayed into the copy before it goes live."""
         self._writes_since_build = 0
         self._builder: threading.Thread | None = None
         self._child: subprocess.Popen[str] | None = None
         self._closed = False
-        self._generation = self._open_sidecar()
-        self._shard = self._open_shard(self._shard_dir(self._generation))
+        try:
+            self._generation = self._open_sidecar()
+            self._shard = self._open_shard(self._shard_dir(self._generation))
+        except OSError as e:
+            raise StoreUnavailableError(
+                f"cannot use {self._path} for the embedded store ({e.strerror or e}): set MS_DATA_DIR to a folder "
+                "this user can write"
+            ) from e
         self._remove_stale_generations()
         self._mirror = self._load_mirror()
 
@@ -130,9 +145,10 @@ class EdgeStore:
         vectors = {name: np.asarray([it.vectors[name] for it in items], np.float32) for name in self._schema.sizes}
         external = [it.id for it in items]
         with self._write_lock:
-            self._apply(
+            written = self._apply(
                 UpdateOperation.upsert_points(points), len(points), lambda: self._mirror.put(ids, external, vectors)
             )
+        self._sync(written)
 
     def get(self, ids: Sequence[str], *, with_vectors: bool = False) -> dict[str, StoredItem]:
         point_ids = list(dict.fromkeys(point_id(i) for i in ids))
@@ -150,8 +166,10 @@ class EdgeStore:
         with self._write_lock:
             with self._lock:
                 found = [str(r.id) for r in self._shard.retrieve(point_ids, False, False)]
-            if found:
-                self._apply(UpdateOperation.delete_points(found), len(found), lambda: self._mirror.remove(found))
+            if not found:
+                return 0
+            written = self._apply(UpdateOperation.delete_points(found), len(found), lambda: self._mirror.remove(found))
+        self._sync(written)
         return len(found)
 
     def search(
@@ -196,6 +214,15 @@ class EdgeStore:
         with self._lock:
             self._shard.flush()
 
+    @contextmanager
+    def frozen(self) -> Iterator[list[Path]]:
+        """Flush, then hold writes back (reads go on) while the caller copies the yielded files: the sidecar and
+        the live shard folder, together a consistent copy of the store (snapshots)."""
+        with self._write_lock:
+            with self._lock:
+                self._shard.flush()
+            yield [self._path / SIDECAR, self._shard_dir(self._generation)]
+
     def close(self) -> None:
         """Stop a running build (its copy is discarded), then flush and release the shard and its WAL lock."""
         with self._write_lock:
@@ -235,17 +262,32 @@ class EdgeStore:
     def _building(self) -> bool:
         return self._builder is not None and self._builder.is_alive()
 
-    def _apply(self, operation: UpdateOperation, n_points: int, mirror_update: Callable[[], None]) -> None:
+    def _apply(self, operation: UpdateOperation, n_points: int, mirror_update: Callable[[], None]) -> int:
         """One write, to the shard and the vector mirror under one lock hold (a search sees both or neither);
-        the caller holds the write lock."""
+        the caller holds the write lock. Returns the write's number, for _sync."""
         with self._lock:
             self._shard.update(operation)
             mirror_update()
+        self._applied += 1
+        written = self._applied
         if self._journal is not None:
             self._journal.append(operation)
         self._writes_since_build += n_points
         if self._build_due():
             self._start_build()
+        return written
+
+    def _sync(self, written: int) -> None:
+        """With sync_writes, return once write number `written` is fsynced. Writers that wait here while a flush
+        runs share the next one, so concurrent writes cost about one flush each round, not one each."""
+        if not self._sync_writes:
+            return
+        with self._sync_lock:
+            if self._synced >= written:
+                return
+            covered = self._applied  # every write numbered up to here has returned from update()
+            self.flush()
+            self._synced = covered
 
     def _build_due(self) -> bool:
         if not self._optimize_after_writes or self._writes_since_build < self._optimize_after_writes:
@@ -363,16 +405,23 @@ class EdgeStore:
     def _open_sidecar(self) -> int:
         sidecar = self._path / SIDECAR
         if sidecar.exists():
-            state = json.loads(sidecar.read_text())
+            try:
+                state = json.loads(sidecar.read_text())
+                identity, sizes, generation = state["identity"], state["sizes"], int(state["generation"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise StoreMismatchError(
+                    f"{sidecar} is damaged ({e!r}): restore a snapshot (`metricsearch snapshot restore`), "
+                    f"or move {self._path} away and re-index the catalog"
+                ) from e
             check_schema(
-                state["identity"],
-                state["sizes"],
+                identity,
+                sizes,
                 self._schema,
                 where=f"The store at {self._path}",
                 fix=f"Point MS_DATA_DIR or MS_COLLECTION elsewhere to build a new store for this bundle, "
                 f"or delete {self._path} and re-index the catalog with it.",
             )
-            return int(state["generation"])
+            return generation
         if self._path.exists() and any(self._path.iterdir()):
             raise StoreMismatchError(
                 f"{self._path} holds files but no {SIDECAR}, so it is not a metricsearch store: "
@@ -405,7 +454,12 @@ class EdgeStore:
                     f"the embedded store at {self._path} is already open (one process owns it, its WAL is the lock); "
                     "several workers need a Qdrant server (MS_QDRANT_URL)"
                 ) from e
-            raise
+            if isinstance(e, OSError):
+                raise
+            raise StoreUnavailableError(
+                f"the embedded store at {shard_dir} cannot be opened ({e}): restore a snapshot "
+                f"(`metricsearch snapshot restore`), or move {self._path} away and re-index the catalog"
+            ) from e
         shard.update(UpdateOperation.create_field_index("id", PayloadSchemaType.Keyword))
         return shard
 

@@ -1,15 +1,19 @@
 """The Store on a Qdrant server or cluster (or qdrant-client's local mode, which speaks the same API: tests).
 
 The collection records the bundle that built it in its metadata; a server too old for collection metadata loses
-that record, and then only the vector names and sizes are checked."""
+that record, and then only the vector names and sizes are checked. A service may start while Qdrant is down: the
+collection is opened (or created) by the first call that finds the server answering, so readiness recovers without
+a restart when Qdrant comes back."""
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import numpy as np
@@ -37,27 +41,63 @@ METADATA_KEY = "metricsearch"
 
 
 class RemoteStore:
-    """The Store on one collection; creates it (named cosine vectors) when missing. Owns `client` from the start:
-    closed by close() or when opening fails. `url` only names the server in error messages."""
+    """The Store on one collection; creates it (named cosine vectors, `shards` x `replication` on a cluster) when
+    missing. Owns `client` from the start: closed by close() or when opening fails. `url` only names the server in
+    error messages. With `wait_for_server`, a server that does not answer yet is not an error: every call retries
+    opening the collection (and raises StoreUnavailableError until it can)."""
 
-    def __init__(self, client: QdrantClient, collection: str, schema: VectorSchema, *, url: str | None = None) -> None:
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection: str,
+        schema: VectorSchema,
+        *,
+        url: str | None = None,
+        shards: int | None = None,
+        replication: int | None = None,
+        wait_for_server: bool = False,
+    ) -> None:
         self._client = client
         self._collection = collection
         self._schema = schema
         self._url = url or "the Qdrant server"
+        self._layout = collection_layout(shards, replication)
+        self._open_lock = threading.Lock()
+        self._opened = False
         try:
-            with self._answering():
-                self._open_collection()
+            self._ensure_open()
+        except StoreUnavailableError as e:
+            if not wait_for_server:
+                client.close()
+                raise
+            logger.warning("%s; not ready until it answers (readiness probes and requests retry)", e)
         except BaseException:
             client.close()
             raise
 
     @classmethod
     def connect(
-        cls, url: str, collection: str, schema: VectorSchema, *, api_key: str | None = None, timeout_s: float = 5.0
+        cls,
+        url: str,
+        collection: str,
+        schema: VectorSchema,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 5.0,
+        shards: int | None = None,
+        replication: int | None = None,
+        wait_for_server: bool = False,
     ) -> RemoteStore:
         client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout_s), check_compatibility=False)
-        return cls(client, collection, schema, url=url)
+        return cls(
+            client,
+            collection,
+            schema,
+            url=url,
+            shards=shards,
+            replication=replication,
+            wait_for_server=wait_for_server,
+        )
 
     # --- Store
 
@@ -68,14 +108,14 @@ class RemoteStore:
             qm.PointStruct(id=point_id(it.id), vector=vector_lists(it, self._schema.sizes), payload=to_payload(it))
             for it in items
         ]
-        with self._answering():
+        with self._serving():
             self._client.upsert(self._collection, points=points, wait=True)
 
     def get(self, ids: Sequence[str], *, with_vectors: bool = False) -> dict[str, StoredItem]:
         point_ids = list(dict.fromkeys(point_id(i) for i in ids))
         if not point_ids:
             return {}
-        with self._answering():
+        with self._serving():
             records = self._client.retrieve(
                 self._collection, ids=point_ids, with_payload=True, with_vectors=with_vectors
             )
@@ -86,7 +126,7 @@ class RemoteStore:
         point_ids = list(dict.fromkeys(point_id(i) for i in ids))
         if not point_ids:
             return 0
-        with self._answering():
+        with self._serving():
             found = self._client.retrieve(self._collection, ids=point_ids, with_payload=False, with_vectors=False)
             if found:
                 self._client.delete(
@@ -101,7 +141,7 @@ class RemoteStore:
         conditions: Sequence[Condition] = (),
         exclude_ids: Sequence[str] = (),
     ) -> SearchResult:
-        with self._answering():
+        with self._serving():
             response = self._client.query_points(
                 self._collection,
                 query=np.asarray(vector, dtype=np.float32).tolist(),
@@ -114,15 +154,25 @@ class RemoteStore:
         return search_result(response.points, self._schema.sizes)
 
     def count(self) -> int:
-        with self._answering():
+        with self._serving():
             return self._client.count(self._collection, exact=True).count
 
     def healthy(self) -> bool:
         try:
-            return self._client.collection_exists(self._collection)
-        except Exception:
-            logger.warning("Qdrant at %s does not answer for collection %r", self._url, self._collection, exc_info=True)
+            with self._serving():
+                exists = self._client.collection_exists(self._collection)
+        except (StoreUnavailableError, StoreMismatchError) as e:
+            logger.warning("not ready: %s", e)
             return False
+        if not exists:
+            logger.warning(
+                "collection %r vanished from Qdrant at %s (its data was deleted or lost): the next call recreates it "
+                "empty; re-index the catalog",
+                self._collection,
+                self._url,
+            )
+            self._opened = False
+        return exists
 
     def flush(self) -> None:
         """Nothing to do: writes wait for the server's acknowledgement, and its WAL makes them durable."""
@@ -132,10 +182,30 @@ class RemoteStore:
 
     # --- collection
 
+    @contextmanager
+    def _serving(self) -> Iterator[None]:
+        """The collection open, and server outages raised as StoreUnavailableError."""
+        self._ensure_open()
+        with self._answering():
+            yield
+
+    def _ensure_open(self) -> None:
+        if self._opened:
+            return
+        with self._open_lock, self._answering():
+            if not self._opened:
+                self._open_collection()
+                self._opened = True
+
     def _open_collection(self) -> None:
         if not self._client.collection_exists(self._collection):
-            self._create_collection()
-            return
+            try:
+                self._create_collection()
+                return
+            except UnexpectedResponse as e:
+                if e.status_code != 409:
+                    raise
+                # Another replica, started at the same time, created it first: check it like any existing one.
         params = self._client.get_collection(self._collection).config
         vectors = params.params.vectors
         named = vectors if isinstance(vectors, Mapping) else {"": vectors} if vectors is not None else {}
@@ -145,6 +215,7 @@ class RemoteStore:
             raise StoreMismatchError(
                 f"{where} uses distances {not_cosine}; metricsearch needs Cosine. Set MS_COLLECTION to another name."
             )
+        self._warn_on_other_layout(params.params)
         built_sizes = {name: p.size for name, p in named.items()}
         record = (params.metadata or {}).get(METADATA_KEY)
         if record is None and built_sizes == dict(self._schema.sizes):
@@ -163,14 +234,33 @@ class RemoteStore:
             "or delete the collection and re-index the catalog with it.",
         )
 
+    def _warn_on_other_layout(self, params: qm.CollectionParams) -> None:
+        """The service never reshards an existing collection; say so when the settings ask for another layout."""
+        built = {"shard_number": params.shard_number, "replication_factor": params.replication_factor}
+        differ = {k: (built[k], v) for k, v in self._layout.items() if built[k] is not None and built[k] != v}
+        if differ:
+            logger.warning(
+                "collection %r on %s keeps its layout %s (built, asked); MS_QDRANT_SHARDS and MS_QDRANT_REPLICATION "
+                "apply only when the service creates the collection (Qdrant's API changes replication of a live one)",
+                self._collection,
+                self._url,
+                differ,
+            )
+
     def _create_collection(self) -> None:
         self._client.create_collection(
             self._collection,
             vectors_config={
-                name: qm.VectorParams(size=size, distance=qm.Distance.COSINE)
+                # Vectors only read back for the rerank (second-order factors) need no HNSW graph.
+                name: qm.VectorParams(
+                    size=size,
+                    distance=qm.Distance.COSINE,
+                    hnsw_config=None if name == self._schema.ann else qm.HnswConfigDiff(m=0),
+                )
                 for name, size in self._schema.sizes.items()
             },
             metadata={METADATA_KEY: {"identity": self._schema.identity, "sizes": dict(self._schema.sizes)}},
+            **self._layout,
         )
         with warnings.catch_warnings():
             # qdrant-client's local mode (tests) warns that it ignores payload indexes.
@@ -183,6 +273,13 @@ class RemoteStore:
         try:
             yield
         except UnexpectedResponse as e:
+            if e.status_code == 404 and self._opened:
+                # The collection vanished with the server's data: recreate it on the next call.
+                self._opened = False
+                raise StoreUnavailableError(
+                    f"collection {self._collection!r} vanished from Qdrant at {self._url} (its data was deleted or "
+                    "lost); it is recreated empty on the next request: re-index the catalog"
+                ) from e
             if e.status_code in (401, 403):
                 raise StoreUnavailableError(
                     f"Qdrant at {self._url} refused the API key (HTTP {e.status_code}): set MS_QDRANT_API_KEY"
@@ -194,6 +291,12 @@ class RemoteStore:
             raise StoreUnavailableError(
                 f"Qdrant at {self._url} does not answer ({e}): check MS_QDRANT_URL and that the server is up"
             ) from e
+
+
+def collection_layout(shards: int | None, replication: int | None) -> dict[str, Any]:
+    """create_collection's cluster arguments that are set: Qdrant's defaults stand for the others."""
+    layout = {"shard_number": shards, "replication_factor": replication}
+    return {k: v for k, v in layout.items() if v is not None}
 
 
 def _filter(conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> qm.Filter | None:

@@ -1,0 +1,213 @@
+"""Soak test: start a local service on a fresh data dir, run the Locust storefront mix (loadtests/locustfile.py) at
+it for DURATION, sample the service's RSS, and fail when any request failed or RSS grew more than --max-growth
+after the warm-up. `make soak DURATION=10m` runs it.
+
+    .venv/bin/python loadtests/soak.py --duration 10m [--users 2] [--bundle bundles/all-minilm-l6-v2]
+
+Locust runs as its own process (it cannot be imported beside the service stack). Reports land in
+loadtests/reports/ (soak_stats.csv, soak.html, soak.json); the last line printed is the verdict. The service's
+RSS is the serving process alone (a background HNSW build runs in a child process with its own memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = ROOT / "loadtests" / "reports"
+BIN = Path(sys.executable).parent
+
+
+def seconds(duration: str) -> int:
+    """Locust's duration syntax ('90s', '10m', '1h30m') in seconds."""
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?", duration.strip())
+    if not parts or not duration.strip():
+        raise SystemExit(f"soak: bad duration {duration!r}: use e.g. 90s, 10m or 1h")
+    h, m, s = (int(p or 0) for p in parts.groups())
+    return h * 3600 + m * 60 + s
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_service(bundle: Path, data_dir: Path, port: int, log_path: Path, api_key: str) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "MS_BUNDLE_DIR": str(bundle),
+        "MS_DATA_DIR": str(data_dir),
+        "MS_HOST": "127.0.0.1",
+        "MS_PORT": str(port),
+        "MS_API_KEY": api_key,
+        "MS_LOG_LEVEL": "warning",
+    }
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "metricsearch.cli", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"soak: the service exited with {process.returncode}: {log_path.read_text()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+                return process
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    process.kill()
+    raise SystemExit(f"soak: the service was not ready within 180 s: {log_path.read_text()[-2000:]}")
+
+
+def item_count(url: str) -> int | None:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=10).json()["items"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return None
+
+
+def aggregated(stats_csv: Path) -> dict[str, str]:
+    with stats_csv.open(newline="") as f:
+        return next((row for row in csv.DictReader(f) if row["Name"] == "Aggregated"), {})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", default="10m", help="Locust run time, e.g. 90s, 10m")
+    parser.add_argument("--users", type=int, default=2, help="concurrent Locust users (closed loop, no think time)")
+    parser.add_argument("--bundle", type=Path, default=ROOT / "bundles" / "all-minilm-l6-v2")
+    parser.add_argument("--seed-items", type=int, default=1000, help="items indexed before the run (Locust seeds)")
+    parser.add_argument("--max-growth", type=float, default=0.10, help="largest RSS growth after warm-up")
+    parser.add_argument("--warmup", type=float, default=0.1, help="share of the run before the RSS baseline")
+    parser.add_argument("--sample-s", type=float, default=5.0, help="seconds between RSS samples")
+    args = parser.parse_args()
+    run_s = seconds(args.duration)
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    prefix = REPORTS / "soak"
+    api_key = os.urandom(16).hex()
+
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+        port = free_port()
+        service = start_service(args.bundle, Path(tmp) / "data", port, REPORTS / "soak-service.log", api_key)
+        url = f"http://127.0.0.1:{port}"
+        started = time.monotonic()
+        samples: list[tuple[float, int]] = []
+        try:
+            memory = psutil.Process(service.pid)
+            locust = subprocess.Popen(
+                [
+                    str(BIN / "locust"),
+                    "-f",
+                    str(ROOT / "loadtests" / "locustfile.py"),
+                    "--headless",
+                    "--host",
+                    url,
+                    "-u",
+                    str(args.users),
+                    "-r",
+                    str(args.users),
+                    "-t",
+                    args.duration,
+                    "--stop-timeout",
+                    "10",
+                    "--only-summary",
+                    "--csv",
+                    str(prefix),
+                    "--html",
+                    str(REPORTS / "soak.html"),
+                ],
+                env={**os.environ, "LOADTEST_API_KEY": api_key, "LOADTEST_SEED_ITEMS": str(args.seed_items)},
+                stdout=subprocess.DEVNULL,
+                stderr=(REPORTS / "soak-locust.log").open("wb"),
+            )
+            deadline = started + run_s + 600  # seeding and stopping included; never unbounded
+            items_at_baseline = None
+            while locust.poll() is None and time.monotonic() < deadline:
+                if service.poll() is not None:
+                    locust.terminate()
+                    break
+                samples.append((time.monotonic() - started, memory.memory_info().rss))
+                if items_at_baseline is None and samples[-1][0] >= args.warmup * run_s:
+                    items_at_baseline = item_count(url)
+                elapsed = int(time.monotonic() - started)
+                print(f"\r{elapsed:>5d} s  RSS {samples[-1][1] / 2**20:7.1f} MiB", end="", file=sys.stderr, flush=True)
+                time.sleep(args.sample_s)
+            print(file=sys.stderr)
+            if locust.poll() is None:
+                locust.kill()
+            locust.wait(timeout=60)
+            service_alive = service.poll() is None
+            items_at_end = item_count(url) if service_alive else None
+        finally:
+            service.terminate()
+            try:
+                service.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                service.kill()
+
+    stats = aggregated(Path(f"{prefix}_stats.csv"))
+    requests, failures = int(stats.get("Request Count", 0)), int(stats.get("Failure Count", 0))
+    # The baseline is the RSS once warmed up (model loaded, caches filled): the first sample past the warm-up.
+    warm = [rss for t, rss in samples if t >= args.warmup * run_s] or [rss for _, rss in samples]
+    baseline, peak, final = warm[0], max(warm), warm[-1]
+    growth = peak / baseline - 1
+    report = {
+        "duration_s": run_s,
+        "users": args.users,
+        "requests": requests,
+        "failures": failures,
+        "requests_per_s": float(stats.get("Requests/s", 0) or 0),
+        "p50_ms": float(stats.get("50%", 0) or 0),
+        "p99_ms": float(stats.get("99%", 0) or 0),
+        "rss_baseline_mib": round(baseline / 2**20, 1),
+        "rss_peak_mib": round(peak / 2**20, 1),
+        "rss_final_mib": round(final / 2**20, 1),
+        "rss_growth": round(growth, 4),
+        # The mix's /index adds new items, and each stored item costs memory: growth per added item tells that
+        # apart from a leak (reads alone leave RSS flat).
+        "items_at_baseline": items_at_baseline,
+        "items_at_end": items_at_end,
+        "rss_kib_per_added_item": round((peak - baseline) / 1024 / (items_at_end - items_at_baseline), 1)
+        if items_at_baseline is not None and items_at_end and items_at_end > items_at_baseline
+        else None,
+        "service_survived": service_alive,
+        "locust_exit": locust.returncode,
+        "load_average_1m_at_end": round(os.getloadavg()[0], 2),
+    }
+    (REPORTS / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
+    problems = []
+    if requests == 0:
+        problems.append("no requests were made (see loadtests/reports/soak-locust.log)")
+    if failures:
+        problems.append(f"{failures} of {requests} requests failed (loadtests/reports/soak_failures.csv)")
+    if growth > args.max_growth:
+        problems.append(f"RSS grew {growth:.1%} after warm-up (limit {args.max_growth:.0%})")
+    if not service_alive:
+        problems.append("the service died (loadtests/reports/soak-service.log)")
+    print(json.dumps(report, indent=2))
+    verdict = "FAIL: " + "; ".join(problems) if problems else "PASS"
+    print(
+        f"soak {verdict}: {requests} requests, {failures} failed, {report['requests_per_s']:.0f} req/s over "
+        f"{run_s} s with {args.users} users; RSS {report['rss_baseline_mib']} -> peak {report['rss_peak_mib']} MiB "
+        f"({growth:+.1%}) while items went {items_at_baseline} -> {items_at_end}"
+    )
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The service image's Python environment, without Docker: the wheel built from what docker/Dockerfile copies
+(pyproject, README, service/, metricsearch/), installed with the `service` extra only into a fresh venv (no system
+site-packages), serves a bundle without torch: it imports, loads the bundle with ONNX Runtime, indexes and answers.
+
+Dependencies come from a wheelhouse in pytest's cache, filled from PyPI on the first run (about a minute) and
+installed with --no-index afterwards."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.manifests import ROOT
+
+CHECK = """
+import importlib.util, json, sys
+from service.catalog import Item
+from service.config import Settings
+from service.runtime import build_runtime
+import service.api.app, metricsearch.cli
+
+runtime = build_runtime(Settings(bundle_dir=sys.argv[1], data_dir=sys.argv[2]))
+runtime.catalog.index([Item("a", "red cotton shirt", "soft", {}), Item("b", "blue linen shirt", "", {}),
+                       Item("c", "stainless kettle", "1.7 l", {})])
+similar = runtime.catalog.similar_to_item("a", 2, [], [])
+runtime.close()
+heavy = [m for m in ("torch", "transformers", "sentence_transformers", "trainer", "export")
+         if m in sys.modules or importlib.util.find_spec(m) is not None]
+print(json.dumps({"similar": [m.id for m in similar], "heavy": heavy, "prefix": sys.prefix}))
+"""
+
+
+def run(*args: str | Path, timeout: float = 300, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    done = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+    assert done.returncode == 0, f"{args}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.mark.slow
+def test_wheel_with_the_service_extra_serves_without_torch(tmp_path, tiny_bundle, request):
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for package in ("service", "metricsearch"):
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, source)
+    (wheel,) = tmp_path.glob("metricsearch-*.whl")
+
+    venv = tmp_path / "venv"
+    run(sys.executable, "-m", "venv", venv)
+    python = venv / "bin" / "python"
+    wheelhouse = request.config.cache.mkdir("deploy-wheelhouse")
+    spec = f"{wheel}[service]"
+    offline = [python, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse, spec]
+    done = subprocess.run([str(a) for a in offline], capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:  # first run, or a dependency moved on: fill the wheelhouse from PyPI
+        run(python, "-m", "pip", "wheel", "-q", "--find-links", wheelhouse, "-w", wheelhouse, spec, timeout=600)
+        run(*offline)
+
+    # Run outside the checkout, so that only what the venv installed can be imported.
+    checked = run(python, "-c", CHECK, tiny_bundle, tmp_path / "data", cwd=tmp_path)
+    result = json.loads(checked.stdout.strip().splitlines()[-1])
+    assert Path(result["prefix"]) == venv
+    assert result["heavy"] == []
+    assert len(result["similar"]) == 2 and "a" not in result["similar"]

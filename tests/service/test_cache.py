@@ -1,0 +1,109 @@
+"""The query-path caches: bounded LRUs that count hits and misses, an embedding cache keyed by bundle identity, and
+an answer cache retired as a whole by a write's generation bump."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from service.batcher import QueryBatcher
+from service.cache import AnswerCache, EmbeddingCache
+
+
+class Counts:
+    def __init__(self) -> None:
+        self.hits = self.misses = 0
+
+    def hit(self) -> None:
+        self.hits += 1
+
+    def miss(self) -> None:
+        self.misses += 1
+
+
+def test_embedding_cache_is_keyed_by_bundle_and_text():
+    counts = Counts()
+    cache = EmbeddingCache(10, "bundle-a", counts.hit, counts.miss)
+    cache.put("red shirt", np.array([1.0, 0.0]))
+    assert cache.get("red shirt").tolist() == [1.0, 0.0]
+    assert cache.get("Red shirt") is None
+    assert EmbeddingCache(10, "bundle-b").get("red shirt") is None  # another bundle's vectors never match
+    assert (counts.hits, counts.misses) == (1, 1)
+
+
+def test_cached_vectors_cannot_be_changed_by_a_caller():
+    cache = EmbeddingCache(10, "b")
+    source = np.array([1.0, 2.0], dtype=np.float32)
+    cache.put("t", source)
+    source[0] = 9.0
+    got = cache.get("t")
+    assert got.tolist() == [1.0, 2.0]
+    with pytest.raises(ValueError):
+        got[0] = 5.0
+
+
+def test_lru_evicts_the_least_recently_used_and_size_zero_is_off():
+    cache = EmbeddingCache(2, "b")
+    for text in ("a", "b"):
+        cache.put(text, np.zeros(1))
+    cache.get("a")  # "b" is now the least recently used
+    cache.put("c", np.zeros(1))
+    assert cache.get("b") is None and cache.get("a") is not None and len(cache) == 2
+
+    off = EmbeddingCache(0, "b")
+    off.put("a", np.zeros(1))
+    assert off.get("a") is None and not off.enabled
+
+
+def test_a_write_retires_every_earlier_answer():
+    counts = Counts()
+    answers = AnswerCache(100, counts.hit, counts.miss)
+    before = answers.generation
+    answers.put(before, "q1", b"[1]")
+    answers.put(before, "q2", b"[2]")
+    assert answers.get(answers.generation, "q1") == b"[1]"
+    answers.bump()
+    assert answers.generation != before
+    assert answers.get(answers.generation, "q1") is None and answers.get(answers.generation, "q2") is None
+    assert (counts.hits, counts.misses) == (1, 2)
+
+
+def test_an_answer_computed_across_a_write_is_never_served():
+    """A reader takes the generation, a write lands and bumps, the reader stores what it read: nobody finds it."""
+    answers = AnswerCache(100)
+    taken = answers.generation
+    answers.bump()  # the write that landed while the reader computed
+    answers.put(taken, "q", b"[stale]")
+    assert answers.get(answers.generation, "q") is None
+
+
+def test_batcher_encodes_only_texts_it_has_not_seen():
+    calls: list[list[str]] = []
+
+    def encode(texts):
+        calls.append(list(texts))
+        return np.array([[float(len(t)), 1.0] for t in texts], dtype=np.float32)
+
+    async def run():
+        batcher = QueryBatcher(
+            encode,
+            window_s=0.0,
+            max_tokens=1000,
+            queue_size=10,
+            max_length=64,
+            cache=EmbeddingCache(100, "b"),
+        )
+        batcher.start()
+        first = await batcher.encode(["aa", "bbbb"])
+        second = await batcher.encode(["bbbb", "c", "aa"])
+        third = await batcher.encode(["c"])
+        await batcher.stop()
+        return first, second, third
+
+    first, second, third = asyncio.run(run())
+    assert calls == [["aa", "bbbb"], ["c"]]
+    assert first[:, 0].tolist() == [2.0, 4.0]
+    assert second[:, 0].tolist() == [4.0, 1.0, 2.0]  # cached and fresh vectors in the order asked
+    assert third[:, 0].tolist() == [1.0]
