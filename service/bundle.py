@@ -189,12 +189,20 @@ def load_bundle(path: Path) -> Bundle:
 
 
 def check_agreement(bundle: Bundle, floor: float) -> None:
-    """Refuse a reduced-precision bundle whose measured neighbour overlap with fp32 is below `floor`; a bundle
-    without a record (fp32) passes."""
-    agreement = bundle.manifest.encoder.agreement
+    """Refuse a reduced-precision bundle whose measured neighbour overlap with fp32 is below `floor`, or that records
+    none (its overlap is unknown, so it counts as 0: only a floor of 0 serves it); fp32 is exact and always passes."""
+    encoder = bundle.manifest.encoder
+    agreement = encoder.agreement
+    if agreement is None and encoder.precision != "fp32" and floor > 0:
+        raise BundleError(
+            f"{bundle.path}: its {encoder.precision} encoder records no measured agreement with fp32, so "
+            f"MS_MIN_NEIGHBOUR_OVERLAP={floor} cannot be checked: re-export it with `metricsearch export --precision "
+            f"{encoder.precision} --catalog CATALOG` to measure it on your catalog, or set MS_MIN_NEIGHBOUR_OVERLAP=0 "
+            "to serve it unmeasured"
+        )
     if agreement is not None and agreement.neighbour_overlap < floor:
         raise BundleError(
-            f"{bundle.path}: its {bundle.manifest.encoder.precision} encoder keeps {agreement.neighbour_overlap:.3f} "
+            f"{bundle.path}: its {encoder.precision} encoder keeps {agreement.neighbour_overlap:.3f} "
             f"of fp32's top-10 neighbours on {agreement.dataset}, below MS_MIN_NEIGHBOUR_OVERLAP={floor}: "
             "export it with another --precision (fp32 is exact) or lower the floor"
         )

@@ -101,5 +101,9 @@ class Settings(BaseSettings):
         description="runtime of the encoder; auto = the bundle's (encoder.backend) when installed, else onnxruntime",
     )
     min_neighbour_overlap: float = Field(
-        0.95, ge=0, le=1, description="refuse a bundle whose recorded top-10 neighbour overlap with fp32 is lower"
+        0.95,
+        ge=0,
+        le=1,
+        description="refuse a reduced-precision bundle whose recorded top-10 neighbour overlap with fp32 is lower, or "
+        "that records none (0 serves it unmeasured)",
     )
