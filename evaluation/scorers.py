@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from evaluation.datasets import EvalData
-from service import scoring
+from service import scoring, second_order
 from service.bundle import load_bundle
 from service.catalog import Item
 from service.encoder import Encoder
@@ -40,20 +40,17 @@ def whole_text(item: Item) -> str:
 
 class BundleScorer:
     """A bundle in-process with the service's Encoder and scoring functions over every candidate (no ANN cut-off):
-    'served' = the bundle's own rerank (metric and field weights from its manifest, as the service runs it);
+    'served' = the bundle's own rerank (metric and field weights from its manifest, as the service runs it: the
+    per-field S_F of the factors for a second-order bundle);
     'metric-two' = per-field angular with weights (1, 1) (MetricBERT's inference, the paper's "Metric_two");
-    'mean' = title and description as one mean-pooled text, cosine (the paper's "Mean")."""
+    'mean' = title and description as one mean-pooled text, cosine (the paper's "Mean").
+    A second-order bundle's 'metric-two' and 'mean' use its mean vectors, what its ANN search uses."""
 
     def __init__(self, bundle: Path, inference: Inference = "served", intra_op_threads: int = 0) -> None:
         if inference not in INFERENCES:
             raise InvalidInputError(f"unknown inference {inference!r}; use one of {', '.join(INFERENCES)}")
         loaded = load_bundle(bundle)
         self.manifest = loaded.manifest
-        if self.manifest.pooling != "mean":
-            raise InvalidInputError(
-                f"{bundle}: pooling {self.manifest.pooling!r} is not scored in-process (only mean pooling is); "
-                "serve the bundle and evaluate the service with --url"
-            )
         self.inference = inference
         self.encoder = Encoder(loaded, intra_op_threads=intra_op_threads)
         if inference == "served":
@@ -72,31 +69,42 @@ class BundleScorer:
         if self.manifest.metric == "recobert":
             return f"RecoBERT fusion {tuple(self.manifest.recobert_lambdas)}"
         weights = ", ".join(f"{w:g}" for w in self.weights)
-        return f"per-field {self.manifest.metric} ({weights})" if len(self.weights) > 1 else "title only"
+        metric = self.manifest.metric
+        if metric == "frobenius":
+            metric = f"S_F of {self.manifest.pooling} factors, k = {self.encoder.rank}"
+        return f"per-field {metric} ({weights})" if len(self.weights) > 1 else f"title only, {metric}"
 
     def scores(self, data: EvalData) -> np.ndarray:
         outside = [i for i, own in enumerate(data.own_index) if own is None]
+        dim = self.encoder.dim
         if self.inference == "mean":
-            candidates = self.encoder.encode([whole_text(i) for i in data.candidates])
-            queries = np.zeros((len(data.queries), candidates.shape[1]), dtype=np.float32)
-            queries[outside] = self.encoder.encode([whole_text(data.queries[i]) for i in outside])
+            candidates = self.encoder.encode([whole_text(i) for i in data.candidates])[:, :dim]
+            queries = np.zeros((len(data.queries), dim), dtype=np.float32)
+            queries[outside] = self.encoder.encode([whole_text(data.queries[i]) for i in outside])[:, :dim]
             for i, own in enumerate(data.own_index):
                 if own is not None:
                     queries[i] = candidates[own]
             return queries @ candidates.T
+        encoded_candidates = self._field_encodings(data.candidates)
         # As stored: packed into the ANN vector and unpacked again, exactly what the service reranks.
         stored, stored_present = scoring.unpack(
-            scoring.pack(self._field_vectors(data.candidates), self.weights), len(self.weights)
+            scoring.pack(encoded_candidates[..., :dim], self.weights), len(self.weights)
         )
+        stored_factors = self._factors(encoded_candidates)
         # A query that is not a candidate is encoded, not packed, as /similar {"title", "description"} does.
-        encoded = dict(zip(outside, self._field_vectors([data.queries[i] for i in outside]), strict=True))
+        encoded = dict(zip(outside, self._field_encodings([data.queries[i] for i in outside]), strict=True))
         rows = []
         for i, own in enumerate(tqdm(data.own_index, desc="scoring", unit="query", leave=False)):
             if own is not None:  # by id: the item's stored vectors, as /similar {"id"} does
-                fields, present = stored[own], stored_present[own]
+                fields, present, factors = stored[own], stored_present[own], stored_factors[own]
             else:
-                fields, present = scoring.normalize_rows(encoded[i]), np.linalg.norm(encoded[i], axis=-1) > 0
-            if self.metric == "recobert":
+                vectors = encoded[i][:, :dim]
+                fields, present = scoring.normalize_rows(vectors), np.linalg.norm(vectors, axis=-1) > 0
+                factors = self._factors(encoded[i][None])[0]
+            if self.metric == "frobenius":
+                similarities = second_order.per_field_similarity(factors, present, stored_factors, stored_present)
+                rows.append(second_order.weighted_score(similarities, self.weights))
+            elif self.metric == "recobert":
                 rows.append(
                     scoring.recobert_score(fields, present, stored, stored_present, self.manifest.recobert_lambdas)
                 )
@@ -105,15 +113,20 @@ class BundleScorer:
                 rows.append(scoring.per_field_score(distances, self.weights))
         return np.stack(rows)
 
-    def _field_vectors(self, items: Sequence[Item]) -> np.ndarray:
-        """(n, F, dim) title (and description) unit vectors, zeros for a blank field, as Catalog.index encodes."""
-        vectors = np.zeros((len(items), len(self.weights), self.encoder.dim), dtype=np.float32)
-        vectors[:, 0] = self.encoder.encode([i.title for i in items])
+    def _field_encodings(self, items: Sequence[Item]) -> np.ndarray:
+        """(n, F, width) title (and description) encodings, zeros for a blank field, as Catalog.index encodes:
+        the unit vector, then for a second-order bundle its factors."""
+        encodings = np.zeros((len(items), len(self.weights), self.encoder.width), dtype=np.float32)
+        encodings[:, 0] = self.encoder.encode([i.title for i in items])
         if len(self.weights) > 1:
             described = [n for n, item in enumerate(items) if item.description.strip()]
             if described:
-                vectors[described, 1] = self.encoder.encode([items[n].description for n in described])
-        return vectors
+                encodings[described, 1] = self.encoder.encode([items[n].description for n in described])
+        return encodings
+
+    def _factors(self, encodings: np.ndarray) -> np.ndarray:
+        """(n, F, rank, dim) factors of (n, F, width) encodings; rank 0 for a mean-pooled bundle."""
+        return encodings[..., self.encoder.dim :].reshape(*encodings.shape[:2], self.encoder.rank, self.encoder.dim)
 
 
 class TfidfScorer:
