@@ -206,11 +206,15 @@ def _catalog(path: Path) -> list[Item]:
     items = list(read_catalog(path))
     if not items:
         raise InvalidInputError(f"{path}: has no items")
-    seen: set[str] = set()
-    for item in items:
-        if item.id in seen:
-            raise InvalidInputError(f"{path}: id {item.id!r} appears more than once; ids must be unique")
-        seen.add(item.id)
+    # read_catalog yields items without their lines: records() reads the same rows again to name them.
+    first_line: dict[str, str] = {}
+    for item, (where, _) in zip(items, records(path, ("id",)), strict=True):
+        if item.id in first_line:
+            raise InvalidInputError(
+                f"{where}: id {item.id!r} appears more than once (first on line {first_line[item.id]}); "
+                "ids must be unique"
+            )
+        first_line[item.id] = where.rsplit(":", 1)[1]
     return items
 
 

@@ -57,7 +57,7 @@ def test_malformed_gold_names_file_and_line(tmp_path, gold, message):
     [
         ("id,name,description\nl1,shirt,soft\n", "left.csv:1: header lacks column(s) title"),
         ("id,title,description\nl1,shirt,soft\nl2,,boots\n", "left.csv:3: missing title"),
-        ("id,title\nl1,shirt\nl1,boots\n", "left.csv: id 'l1' appears more than once"),
+        ("id,title\nl1,shirt\nl2,hat\nl1,boots\n", "left.csv:4: id 'l1' appears more than once (first on line 2)"),
     ],
 )
 def test_malformed_catalog_names_file_and_line(tmp_path, left, message):
@@ -140,3 +140,16 @@ def test_the_cli_stops_on_a_malformed_dataset_naming_file_and_line(tmp_path):
     )
     assert result.returncode == 2
     assert f"{folder / 'gold.csv'}:3: right_id 'nope'" in result.stderr
+
+
+def test_a_repeated_id_names_the_line_of_the_repeat(tmp_path):
+    """The file's own lines: a blank JSONL line counts, and a CSV record with a quoted line break is named by its
+    last line (csv's line_num, as every other message here)."""
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text('{"id": 7, "title": "a"}\n\n{"id": "7", "title": "b"}\n')  # 7 and "7" are one id
+    with pytest.raises(InvalidInputError, match=r"c\.jsonl:3: id '7' appears more than once \(first on line 1\)"):
+        read_task("halves", jsonl)
+    csv_file = tmp_path / "c.csv"
+    csv_file.write_text('id,title,description\na,A,"two\nlines"\nb,B,\na,C,\n')
+    with pytest.raises(InvalidInputError, match=r"c\.csv:5: id 'a' appears more than once \(first on line 3\)"):
+        read_task("halves", csv_file)
