@@ -44,7 +44,12 @@ class Settings(BaseSettings):
     providers: str = Field(
         "auto", description="ONNX Runtime providers, comma-separated; auto = CUDA when available, else CPU"
     )
-    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime intra-op threads; 0 = one per core")
+    # 1, not one per core: on 2 cores a second, spinning encoder thread starves the event loop, which does the search,
+    # rerank and HTTP of every request (BENCHMARKS.md, cold text queries at 8 connections: 22 req/s with 0, 85 with 1;
+    # 70 vs 76 at 16 in the batcher sweep). Concurrent queries still share the one thread's calls (the batcher).
+    intra_op_threads: int = Field(
+        1, ge=0, description="encoder (ONNX Runtime or OpenVINO) threads per call; 0 = the runtime's choice (per core)"
+    )
     query_batch_window_ms: float = Field(
         0.0, ge=0, description="how long a text query waits for others to batch with (0: measured best)"
     )
