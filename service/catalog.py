@@ -240,20 +240,13 @@ class Catalog:
             else:
                 scores = scoring.per_field_score(-field_values, self.weights)
         both = candidates_present & query.present[None, :]
-        best = scoring.top_k(scores, k)
-        # Payloads only for the k kept; an item deleted since the search is left out.
-        stored = self.store.get([found.ids[i] for i in best])
-        return [
-            Match(
-                id=item.id,
-                score=float(scores[i]),
-                title=item.title,
-                metadata=item.metadata,
-                field_scores={
-                    name: (float(field_values[i, col]) if both[i, col] else None)
-                    for col, name in enumerate(self.fields)
-                },
-            )
-            for i in best
-            if (item := stored.get(found.ids[i])) is not None
-        ]
+        # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
+        # the text it replaced (a second read of the payloads would allow that).
+        matches = []
+        for i in scoring.top_k(scores, k):
+            listing = found.listings[i]
+            field_scores = {
+                name: (float(field_values[i, col]) if both[i, col] else None) for col, name in enumerate(self.fields)
+            }
+            matches.append(Match(listing.id, float(scores[i]), listing.title, listing.metadata, field_scores))
+        return matches

@@ -64,13 +64,27 @@ class StoredItem:
 
 
 @dataclass(frozen=True)
-class SearchResult:
-    """ANN hits best first: item ids, scores and `vectors[name]`, an (n_hits, size) float32 matrix aligned with
-    `ids`. No payloads: a rerank needs only vectors, and `get` fetches the few items it keeps."""
+class Listing:
+    """What a search result shows of an item besides its scores."""
 
-    ids: list[str]
+    id: str
+    title: str
+    metadata: dict[str, MetadataValue]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """ANN hits best first: listings, scores and `vectors[name]`, an (n_hits, size) float32 matrix aligned with
+    `listings`. Each hit's listing and vectors are read together, so a reranked result shows the version of the
+    item its score was computed from, never a newer title with an older text's score."""
+
+    listings: list[Listing]
     scores: np.ndarray
     vectors: dict[str, np.ndarray]
+
+    @property
+    def ids(self) -> list[str]:
+        return [listing.id for listing in self.listings]
 
 
 class Store(Protocol):

@@ -48,12 +48,13 @@ from qdrant_edge import (
 )
 
 from service.errors import StoreMismatchError, StoreUnavailableError
-from service.store.base import AnyOf, Condition, Equals, SearchResult, StoredItem, VectorSchema
+from service.store.base import AnyOf, Condition, Equals, Listing, SearchResult, StoredItem, VectorSchema
 from service.store.mirror import VectorMirror
 from service.store.payload import (
     any_of_groups,
     check_schema,
     from_payload,
+    listing,
     metadata_path,
     point_id,
     to_payload,
@@ -143,10 +144,10 @@ class EdgeStore:
             Point(pid, vector_lists(it, self._schema.sizes), to_payload(it)) for pid, it in zip(ids, items, strict=True)
         ]
         vectors = {name: np.asarray([it.vectors[name] for it in items], np.float32) for name in self._schema.sizes}
-        external = [it.id for it in items]
+        listings = [Listing(it.id, it.title, it.metadata) for it in items]
         with self._write_lock:
             written = self._apply(
-                UpdateOperation.upsert_points(points), len(points), lambda: self._mirror.put(ids, external, vectors)
+                UpdateOperation.upsert_points(points), len(points), lambda: self._mirror.put(ids, listings, vectors)
             )
         self._sync(written)
 
@@ -188,9 +189,9 @@ class EdgeStore:
         )
         with self._lock:
             hits = self._shard.query(request)
-            ids, vectors = self._mirror.take([str(hit.id) for hit in hits])
+            listings, vectors = self._mirror.take([str(hit.id) for hit in hits])
         return SearchResult(
-            ids=ids,
+            listings=listings,
             scores=np.fromiter((hit.score for hit in hits), dtype=np.float32, count=len(hits)),
             vectors=vectors,
         )
@@ -463,19 +464,19 @@ class EdgeStore:
         shard.update(UpdateOperation.create_field_index("id", PayloadSchemaType.Keyword))
         return shard
 
-    def _load_mirror(self) -> VectorMirror:
-        """Read every point's vectors once at open (about 3 s a 100k points of 768 floats)."""
-        mirror = VectorMirror(self._schema.sizes)
+    def _load_mirror(self) -> VectorMirror[Listing]:
+        """Read every point's vectors and listing once at open (about 3 s a 100k points of 768 floats)."""
+        mirror: VectorMirror[Listing] = VectorMirror(self._schema.sizes)
         offset = None
         while True:
             records, offset = self._shard.scroll(
-                ScrollRequest(offset=offset, limit=2048, with_payload=["id"], with_vector=True)
+                ScrollRequest(offset=offset, limit=2048, with_payload=["id", "title", "metadata"], with_vector=True)
             )
             if records:
                 vectors = {
                     name: np.array([r.vector[name] for r in records], dtype=np.float32) for name in self._schema.sizes
                 }
-                mirror.put([str(r.id) for r in records], [r.payload["id"] for r in records], vectors)
+                mirror.put([str(r.id) for r in records], [listing(r.payload) for r in records], vectors)
             if offset is None:
                 return mirror
 

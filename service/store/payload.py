@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from service.errors import InvalidInputError, StoreMismatchError
-from service.store.base import SearchResult, StoredItem, VectorSchema
+from service.store.base import Listing, SearchResult, StoredItem, VectorSchema
 
 ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://metricsearch/item")
 """Point ids derive from it: changing it orphans every stored point."""
@@ -58,6 +58,10 @@ def from_payload(payload: Mapping[str, Any], vectors: Mapping[str, Sequence[floa
     )
 
 
+def listing(payload: Mapping[str, Any]) -> Listing:
+    return Listing(payload["id"], payload["title"], dict(payload.get("metadata") or {}))
+
+
 def vector_lists(item: StoredItem, sizes: Mapping[str, int]) -> dict[str, list[float]]:
     """The item's vectors as the engines take them; a missing or misshapen one is a caller bug, named here rather
     than as the engine's bare error."""
@@ -86,11 +90,11 @@ def any_of_groups(values: Sequence[str | int]) -> list[list[str] | list[int]]:
 
 
 def search_result(hits: Sequence[Hit], sizes: Mapping[str, int]) -> SearchResult:
-    """Ids, scores and one matrix per vector name; each hit's `.vector` is read once since the engines rebuild
-    it on every access."""
+    """Listings, scores and one matrix per vector name from hits read with their payload's id, title and metadata;
+    each hit's `.vector` is read once since the engines rebuild it on every access."""
     rows = [hit.vector for hit in hits]
     return SearchResult(
-        ids=[hit.payload["id"] for hit in hits],
+        listings=[listing(hit.payload) for hit in hits],
         scores=np.fromiter((hit.score for hit in hits), dtype=np.float32, count=len(hits)),
         vectors={
             name: np.array([row[name] for row in rows], dtype=np.float32).reshape(len(rows), size)

@@ -148,7 +148,9 @@ class RemoteStore:
                 using=self._schema.ann,
                 query_filter=_filter(conditions, exclude_ids),
                 limit=limit,
-                with_payload=["id"],
+                # One call returns each point's vectors and payload as read together (the rerank scores these
+                # vectors, not the server's score), so a result shows the version of the item it was scored on.
+                with_payload=["id", "title", "metadata"],
                 with_vectors=True,
             )
         return search_result(response.points, self._schema.sizes)

@@ -5,22 +5,39 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
+from service import scoring
+from service.bundle import load_bundle
+from service.encoder import Encoder
 from tests.service_process import ServiceProcess
+from tests.tiny_model import CORPUS
+
+WORDS = sorted({word for line in CORPUS for word in re.findall(r"[a-z]{3,}", line.lower())})
+"""Words the tiny bundle's tokenizer knows: one per version makes versions encode apart (it reads `v37` as
+[UNK], like `v38`)."""
+
+
+def texts(item_id: str, version: int) -> tuple[str, str]:
+    word = WORDS[version % len(WORDS)]
+    return f"{item_id} title v{version} {word}", f"description of {item_id}, version {version}, {word}"
 
 
 def versioned(item_id: str, text_version: int, meta_version: int | None = None) -> dict:
     """An item whose every field names the text version, so a mix of two versions is visible in any field."""
+    title, description = texts(item_id, text_version)
     return {
         "id": item_id,
-        "title": f"{item_id} title v{text_version}",
-        "description": f"description of {item_id}, version {text_version}",
+        "title": title,
+        "description": description,
         "metadata": {"t": text_version, "m": text_version if meta_version is None else meta_version},
     }
 
@@ -28,9 +45,10 @@ def versioned(item_id: str, text_version: int, meta_version: int | None = None) 
 def assert_whole(item: dict) -> int:
     """The item's text version, after checking that title, description and metadata agree on it."""
     version = item["metadata"]["t"]
-    assert item["title"] == f"{item['id']} title v{version}", item
+    title, description = texts(item["id"], version)
+    assert item["title"] == title, item
     if "description" in item:
-        assert item["description"] == f"description of {item['id']}, version {version}", item
+        assert item["description"] == description, item
     return version
 
 
@@ -116,19 +134,58 @@ def test_acknowledged_writes_survive_kill_9_at_random_moments(tiny_bundle, tmp_p
 # --- concurrency
 
 
+class ExpectedScores:
+    """The score each (query, item version) must get, computed in-process with the bundle's encoder and the
+    service's scoring functions, for every version a test can write: a result's score must be the one of the
+    version it shows."""
+
+    def __init__(self, bundle_dir: Path, items: list[dict], text_queries: list[str]) -> None:
+        bundle = load_bundle(bundle_dir)
+        self.encoder = Encoder(bundle, intra_op_threads=1)
+        self.weights = [f.weight for f in bundle.manifest.fields if f.weight > 0]
+        assert [f.name for f in bundle.manifest.fields if f.weight > 0] == ["title", "description"]
+        texts = [text for item in items for text in (item["title"], item["description"])]
+        encoded = self.encoder.encode(texts).reshape(len(items), 2, -1)
+        self.fields = {(item["id"], assert_whole(item)): vectors for item, vectors in zip(items, encoded, strict=True)}
+        self.queries = dict(zip(text_queries, self.encoder.encode(text_queries), strict=True))
+
+    def check(self, query: str | tuple[str, int], results: list[dict]) -> None:
+        """`query` is a free text, or the (id, version) of the stored item queried by id."""
+        query_fields = np.stack([self.queries[query]] * 2) if isinstance(query, str) else self.fields[query]
+        both = np.ones(2, dtype=bool)
+        for result in results:
+            candidate = self.fields[(result["id"], assert_whole(result))][None]
+            distances = scoring.per_field_distances(query_fields, both, candidate, both[None])
+            expected = scoring.per_field_score(distances, self.weights)[0]
+            assert abs(result["score"] - expected) < SCORE_TOLERANCE, (query, result, expected)
+        scores = [r["score"] for r in results]
+        assert scores == sorted(scores, reverse=True), (query, scores)
+
+
+SCORE_TOLERANCE = 1e-4
+"""Well above float error (encoder batches, float32 storage; no query equals an item text, where arccos is steep)
+and below the score change between two versions of an item (for over 99% of the version pairs written here)."""
+
+
 @pytest.mark.slow
 def test_concurrent_writers_and_readers_see_whole_items_and_consistent_counts(tiny_bundle, tmp_path):
+    ids = [f"c{n}" for n in range(30)]
+    anchors = [versioned(f"anchor{n}", 0) for n in range(3)]  # never rewritten: their by-id queries are known
+    writers, writes_each = 4, 25
+    text_queries = [f"title v3 of {i}" for i in ids]
+    every_version = [versioned(i, v) for i in ids for v in range(1, writers * writes_each + 1)]
+    expected = ExpectedScores(tiny_bundle, every_version + anchors, text_queries)
     service = ServiceProcess(tiny_bundle, tmp_path / "data", {})
     service.start()
-    ids = [f"c{n}" for n in range(30)]
     versions = itertools.count(1)
     problems: list[str] = []
     written: set[str] = set()
+    checked = itertools.count()
 
     def writer(seed: int) -> None:
         rng = random.Random(seed)
         with service.client() as client:
-            for _ in range(25):
+            for _ in range(writes_each):
                 chosen = rng.sample(ids, 6)
                 version = next(versions)
                 if rng.random() < 0.3 and written:
@@ -152,37 +209,52 @@ def test_concurrent_writers_and_readers_see_whole_items_and_consistent_counts(ti
             for _ in range(60):
                 target = rng.choice(ids)
                 kind = rng.random()
-                if kind < 0.4:
+                query: str | tuple[str, int] | None = None
+                if kind < 0.3:
                     response = client.get(f"/items/{target}")
                     if response.status_code == 404:
                         continue
                     found = [response.json()]
-                elif kind < 0.8:
+                elif kind < 0.5:
                     response = client.post("/similar", json={"id": target, "k": 10})
                     if response.status_code == 404:
                         continue
                     found = response.json()["results"]
+                elif kind < 0.75:
+                    anchor = rng.choice(anchors)["id"]
+                    response = client.post("/similar", json={"id": anchor, "k": 10})
+                    found, query = response.json()["results"], (anchor, 0)
                 else:
-                    response = client.post("/similar", json={"text": f"{target} title v3", "k": 10})
+                    query = rng.choice(text_queries)
+                    response = client.post("/similar", json={"text": query, "k": 10})
                     found = response.json()["results"]
                 if response.status_code != 200:
                     problems.append(f"read {response.status_code}: {response.text}")
                     continue
-                for item in found:
-                    try:
+                try:
+                    for item in found:
                         assert_whole(item)
-                    except AssertionError as e:
-                        problems.append(f"torn read: {e}")
+                    if query is not None:
+                        expected.check(query, found)
+                        next(checked)
+                except AssertionError as e:
+                    problems.append(f"torn read: {e}")
 
     try:
+        with service.client() as client:
+            assert client.post("/index", json={"items": anchors}).status_code == 200
         with ThreadPoolExecutor(8) as pool:
-            futures = [pool.submit(writer, s) for s in range(4)] + [pool.submit(reader, 100 + s) for s in range(4)]
+            futures = [pool.submit(writer, s) for s in range(writers)]
+            futures += [pool.submit(reader, 100 + s) for s in range(4)]
             for future in futures:
                 future.result(timeout=120)
-        assert not problems, problems[:5]
+        assert not problems, (len(problems), problems[:3])
+        assert next(checked) > 50  # the score checks ran
         with service.client() as client:
-            assert client.get("/readyz").json()["items"] == len(written)
+            assert client.get("/readyz").json()["items"] == len(written) + len(anchors)
             for item_id in sorted(written):
                 assert_whole(client.get(f"/items/{item_id}").json())
+            for anchor in anchors:  # the check itself, on a quiet store: every score as computed here
+                expected.check((anchor["id"], 0), client.post("/similar", json={"id": anchor["id"]}).json()["results"])
     finally:
         service.stop()

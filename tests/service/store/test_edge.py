@@ -35,6 +35,9 @@ def assert_same_answers(store: EdgeStore, reference: Reference) -> None:
         result = store.search(query(seed), 10, conditions)
         assert result.ids == expected_ids
         np.testing.assert_allclose(result.scores, expected_scores, atol=1e-5)
+        for listing in result.listings:  # from the mirror too, also after a reopen or a build's swap
+            stored = reference.items[listing.id]
+            assert (listing.title, listing.metadata) == (stored.title, stored.metadata)
         for name, matrix in result.vectors.items():  # read from the in-memory mirror, not the engine
             expected = np.array([unit(reference.items[i].vectors[name]) for i in expected_ids]).reshape(matrix.shape)
             np.testing.assert_allclose(matrix, expected, atol=1e-6)
