@@ -284,6 +284,13 @@ def train(
     margin: Annotated[
         float | None, typer.Option(help="margin of the triplet/contrastive loss (default per objective)")
     ] = None,
+    title_variants: Annotated[
+        float | None,
+        typer.Option(
+            help="metricbert: share of positives that are a perturbed copy of the anchor's own title instead of its "
+            "description (default 0, the paper's)"
+        ),
+    ] = None,
     similarity_weight: Annotated[
         float | None, typer.Option(help="lambda: weight of the metric/TDM loss (default 1.0)")
     ] = None,

@@ -58,6 +58,7 @@ class TrainConfig(BaseModel):
     mining: Literal["hardest", "random"] = "hardest"
     loss: Literal["triplet", "contrastive", "cosine"] = "triplet"
     distance: Literal["angular", "cosine"] = "angular"
+    title_variants: float | None = Field(None, ge=0, le=1)
     margin: float | None = Field(None, gt=0)
     similarity_weight: float = Field(1.0, ge=0)
     mlm_weight: float | None = Field(None, ge=0)
@@ -96,6 +97,10 @@ class TrainConfig(BaseModel):
         else:
             _reject_unused(self, self.objective, ("mlm_weight", "mlm_warmup_steps"))
             self.mlm_weight, self.mlm_warmup_steps = 0.0, 0
+        if self.objective == "metricbert":
+            self.title_variants = self.title_variants or 0.0
+        elif self.title_variants is not None:
+            raise ValueError(f"--title-variants applies to metricbert only, not {self.objective}")
         self.margin = self._margin()
         if (self.pooling == "svd") != (self.rank_k is not None):
             raise ValueError(

@@ -24,6 +24,7 @@ from torch import Tensor
 
 from service.catalog import Item
 from trainer import losses
+from trainer.augment import positive_texts
 from trainer.config import TrainConfig
 from trainer.data import ScoredPair, Triplet, mask_tokens
 from trainer.errors import TrainerError
@@ -145,8 +146,10 @@ class _TitleDescriptionObjective:
 
 
 class MetricBERT(_TitleDescriptionObjective):
-    """Anchor = title, positive = the same item's description, negative = another item's description from the
-    batch: the hardest (nearest to the anchor) or a random one. L = mlm_weight * L_MLM + lambda * L_sim.
+    """Anchor = title, positive = the same item's description, negative = another item's positive from the
+    batch: the hardest (nearest to the anchor) or a random one. L = mlm_weight * L_MLM + lambda * L_sim. With
+    `title_variants` > 0 that share of the positives are perturbed copies of the anchor's own title
+    (`trainer.augment`), an addition of ours to the paper.
 
     As in the paper (metricbert.txt section 3), titles and descriptions are masked and encoded once: the same
     pass gives the pooled embeddings for the metric loss and the token states for the MLM loss, so MLM costs
@@ -164,11 +167,14 @@ class MetricBERT(_TitleDescriptionObjective):
     ) -> None:
         super().__init__(model, config, mlm, generator, amp)
         self.mining, self.loss_name, self.margin = config.mining, config.loss, config.margin
+        self.title_variants = config.title_variants
         angular = config.distance == "angular"
         self.pairwise = losses.pairwise_angular_distance if angular else losses.pairwise_cosine_distance
 
     def __call__(self, batch: Sequence[Item]) -> BatchLoss:
-        anchors, positives, mlm_loss = self._encode([i.title for i in batch], [i.description for i in batch])
+        titles = [i.title for i in batch]
+        texts = positive_texts(titles, [i.description for i in batch], self.title_variants, self.generator)
+        anchors, positives, mlm_loss = self._encode(titles, texts)
         distances = self.pairwise(anchors, positives)
         n = len(batch)
         negatives = (

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as torch_dist
 
+from trainer.augment import positive_texts
 from trainer.config import (
     BEST_FOLDER,
     CATALOG_OBJECTIVES,
@@ -62,7 +63,10 @@ def train(config: TrainConfig) -> TrainResult:
         generator = torch.Generator().manual_seed(config.seed + 1)
         objective = build_objective(config, model, generator=generator, bf16=bf16, head=head)
         pooling = Pooling(config.pooling, config.rank_k)
-        validator = build_validator(config.objective, held_out, config.triplet_distance, pooling) if held_out else None
+        validator = None
+        if held_out:
+            positives = _held_out_positives(config, held_out)
+            validator = build_validator(config.objective, held_out, config.triplet_distance, pooling, positives)
         provenance = {
             "objective": config.objective,
             "base_model": PACKAGED_BASE_MODEL if packaged else str(base),
@@ -103,9 +107,21 @@ def _check_out(out: Path, resume: bool) -> None:
         raise TrainerError(f"{out} already holds a run: pass --resume to continue it, or choose another --out")
 
 
+def _held_out_positives(config: TrainConfig, held_out: list[Any]) -> list[str] | None:
+    """With title variants on, the held-out titles are validated against positives drawn as in training (once,
+    seeded), so early stopping follows the task the run trains on."""
+    if not config.title_variants:
+        return None
+    generator = torch.Generator().manual_seed(config.seed + 2)
+    titles, descriptions = [i.title for i in held_out], [i.description for i in held_out]
+    return positive_texts(titles, descriptions, config.title_variants, generator)
+
+
 def _read_examples(config: TrainConfig) -> list[Any]:
     if config.objective in CATALOG_OBJECTIVES:
         items = read_catalog(config.catalog)
+        if config.title_variants:  # an item without a description still has its title variants
+            return items
         described = [item for item in items if item.description.strip()]
         if len(described) < 2:
             raise TrainerError(

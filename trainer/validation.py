@@ -87,13 +87,18 @@ def token_matrices(model: SentenceTransformer, texts: list[str]) -> list[np.ndar
     return matrices
 
 
-def catalog_mrr(model: SentenceTransformer, items: Sequence[Item], pooling: Pooling | None = None) -> float:
-    """Each held-out title ranks every held-out description by cosine (the order angular distance gives) or S_F;
-    its own description is the hit."""
+def catalog_mrr(
+    model: SentenceTransformer,
+    items: Sequence[Item],
+    pooling: Pooling | None = None,
+    positives: list[str] | None = None,
+) -> float:
+    """Each held-out title ranks every held-out positive (its description, or the text given in `positives`) by
+    cosine (the order angular distance gives) or S_F; its own positive is the hit."""
     pooling = pooling or Pooling()
     titles = pooling.represent(model, [i.title for i in items])
-    descriptions = pooling.represent(model, [i.description for i in items])
-    return diagonal_mrr(pooling.pairwise(titles, descriptions))
+    targets = pooling.represent(model, positives or [i.description for i in items])
+    return diagonal_mrr(pooling.pairwise(titles, targets))
 
 
 def pairs_spearman(model: SentenceTransformer, pairs: Sequence[ScoredPair], pooling: Pooling | None = None) -> float:
@@ -131,8 +136,14 @@ class Validator:
 
 
 def build_validator(
-    objective: str, held_out: Sequence, triplet_distance: str = "euclidean", pooling: Pooling | None = None
+    objective: str,
+    held_out: Sequence,
+    triplet_distance: str = "euclidean",
+    pooling: Pooling | None = None,
+    positives: list[str] | None = None,
 ) -> Validator:
+    """The objective's metric on `held_out`; a catalog's titles rank `positives` when given (the positives the
+    objective trains on, drawn once), else the held-out descriptions."""
     pooling = pooling or Pooling()
     if objective == "sbert-siamese":
         return Validator("spearman", len(held_out), lambda m: pairs_spearman(m, held_out, pooling))
@@ -140,4 +151,4 @@ def build_validator(
         return Validator(
             "triplet_accuracy", len(held_out), lambda m: triplets_accuracy(m, held_out, triplet_distance, pooling)
         )
-    return Validator("mrr", len(held_out), lambda m: catalog_mrr(m, held_out, pooling))
+    return Validator("mrr", len(held_out), lambda m: catalog_mrr(m, held_out, pooling, positives))

@@ -51,6 +51,10 @@ CASES = {
         {"objective": "metricbert", "catalog": "c.csv", "loss": "cosine", "mlm_weight": 0},
         ITEMS,
     ),
+    "metricbert-title-variants-no-mlm": (
+        {"objective": "metricbert", "catalog": "c.csv", "title_variants": 0.5, "mlm_weight": 0},
+        ITEMS,
+    ),
     "recobert": ({"objective": "recobert", "catalog": "c.csv", "mlm_warmup_steps": 0}, ITEMS),
     "sbert-siamese-cosine": ({"objective": "sbert-siamese", "pairs": "p.csv"}, PAIRS),
     "sbert-siamese-euclidean": (
