@@ -131,8 +131,10 @@ def run(command: list[str]) -> float:
 
 CLI = [sys.executable, "-m", "metricsearch.cli"]
 # What worked on Abt-Buy (docs/training.md, "What worked on Abt-Buy"): positives are title variants, no MLM (this
-# base ships no MLM head), a larger batch for harder in-batch negatives, short sequences for faster steps.
-MAIN_OPTIONS = "--mlm-weight 0 --title-variants 1 --lr 5e-5 --batch-size 32 --max-seq-length 64"
+# base ships no MLM head), a larger batch for harder in-batch negatives, short sequences for faster steps, and no
+# held-out split: validation on title variants reads 0.995 MRR by step 20 and cannot choose a checkpoint after it,
+# so every run trains on every item and exports its final weights after a fixed number of steps.
+MAIN_OPTIONS = "--mlm-weight 0 --title-variants 1 --lr 5e-5 --batch-size 32 --max-seq-length 64 --val-fraction 0"
 
 
 def without(args: list[str], *options: str) -> list[str]:
