@@ -76,7 +76,7 @@ _COPY_CHUNK = 1 << 20
 
 def optimizer_command(shard_dir: Path) -> list[str]:
     """The child process that optimises a shard copy (a function so tests can make it fail)."""
-    return [sys.executable, str(Path(__file__).with_name("edge_optimize.py")), str(shard_dir)]
+    return [sys.executable, str(Path(__file__).with_name("edge_optimize.py")), str(shard_dir), str(os.getpid())]
 
 
 class EdgeStore:
