@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import time
 
+import orjson
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.metrics import Metrics
-
-
-class _BodyTooLarge(Exception):
-    pass
 
 
 class BodyLimitMiddleware:
@@ -20,6 +18,7 @@ class BodyLimitMiddleware:
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.detail = f"request body over {max_bytes} bytes (MS_MAX_BODY_BYTES): split it into smaller requests"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -28,32 +27,21 @@ class BodyLimitMiddleware:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             return await self._refuse(send)
         received = 0
-        started = False
 
         async def limited_receive() -> Message:
             nonlocal received
             message = await receive()
             received += len(message.get("body", b""))
             if received > self.max_bytes:
-                raise _BodyTooLarge
+                # An HTTPException, which FastAPI's body parsing re-raises (any other exception there becomes a 400
+                # "There was an error parsing the body": chunked bodies over the cap got that).
+                raise HTTPException(413, self.detail)
             return message
 
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
-            if not started:
-                await self._refuse(send)
+        await self.app(scope, limited_receive, send)
 
     async def _refuse(self, send: Send) -> None:
-        body = (
-            b'{"detail":"request body over %d bytes (MS_MAX_BODY_BYTES): split it into smaller requests"}'
-            % self.max_bytes
-        )
+        body = orjson.dumps({"detail": self.detail})
         await send(
             {
                 "type": "http.response.start",

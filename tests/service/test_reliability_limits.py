@@ -4,6 +4,7 @@ unless origins are listed."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import httpx
@@ -15,6 +16,7 @@ WRITE_KEY = "w-0123456789abcdef"
 READ_KEY = "r-fedcba9876543210"
 WRONG_KEY = "x-not-the-key-4242"
 ITEM = {"id": "a", "title": "red shirt", "description": "cotton", "metadata": {"brand": "acme"}}
+BODY_LIMIT = 64 * 1024
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +25,9 @@ def service(tiny_bundle, tmp_path_factory):
         "MS_API_KEY": WRITE_KEY,
         "MS_READ_API_KEY": READ_KEY,
         "MS_MAX_METADATA_BYTES": "200",
+        "MS_MAX_METADATA_KEYS": "3",
         "MS_MAX_BATCH_ITEMS": "5",
+        "MS_MAX_BODY_BYTES": str(BODY_LIMIT),
         "MS_LOG_LEVEL": "debug",
     }
     process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("limits") / "data", env)
@@ -51,9 +55,23 @@ def count(client: httpx.Client) -> int:
         ([{"id": "b", "title": "t", "metadata": {"tags": ["x"] * 100}}], 413, "MS_MAX_METADATA_BYTES"),
         ([{"id": "b", "title": "t", "metadata": {"nested": {"deeper": 1}}}], 422, "metadata.nested"),
         ([{"id": "b", "title": "t", "metadata": {"list": [["x"]]}}], 422, "metadata.list"),
+        ([{"id": "b", "title": "t", "metadata": {"k1": 1, "k2": 2, "k3": 3, "k4": 4}}], 413, "the limit is 3"),
         ([{"id": f"b{n}", "title": "t"} for n in range(6)], 413, "the limit is 5"),
+        ([{"id": "b", "title": "x" * 1001}], 413, "MS_MAX_TITLE_CHARS"),
+        ([{"id": "b", "title": "t", "description": "x" * 20_001}], 413, "MS_MAX_DESCRIPTION_CHARS"),
+        ([{"id": "b" * 257, "title": "t"}], 422, "items.0.id"),
     ],
-    ids=["metadata-bytes", "metadata-long-list", "metadata-nested", "metadata-list-of-lists", "batch"],
+    ids=[
+        "metadata-bytes",
+        "metadata-long-list",
+        "metadata-nested",
+        "metadata-list-of-lists",
+        "metadata-keys",
+        "batch",
+        "title",
+        "description",
+        "id-257",
+    ],
 )
 def test_index_limits_refuse_and_write_nothing(writer, items, status, message):
     before = count(writer)
@@ -64,12 +82,45 @@ def test_index_limits_refuse_and_write_nothing(writer, items, status, message):
 
 
 @pytest.mark.parametrize(
-    "body",
-    [{"id": "a", "k": 0}, {"id": "a", "k": 101}, {"text": "x", "filter": {"n": {"in": [2**60]}}}],
-    ids=["k-0", "k-101", "huge-int-filter"],
+    ("body", "status"),
+    [
+        ({"id": "a", "k": 0}, 422),
+        ({"id": "a", "k": 101}, 422),
+        ({"text": "x", "filter": {"n": {"in": [2**60]}}}, 422),
+        ({"id": "a", "exclude_ids": [f"x{n}" for n in range(1001)]}, 422),
+        ({"id": "a" * 257}, 422),
+        ({"title": "x" * 1001}, 413),
+        ({"text": "x" * 20_001}, 413),
+    ],
+    ids=["k-0", "k-101", "huge-int-filter", "exclude-1001", "id-257", "title", "text"],
 )
-def test_query_limits(writer, body):
-    assert writer.post("/similar", json=body).status_code == 422
+def test_query_limits(writer, body, status):
+    assert writer.post("/similar", json=body).status_code == status
+
+
+def test_query_limits_are_inclusive(writer):
+    """The documented limits themselves are accepted."""
+    at_limits = {"id": "a", "k": 100, "exclude_ids": [f"x{n}" for n in range(1000)]}
+    assert writer.post("/similar", json=at_limits).status_code == 200
+    assert writer.post("/similar", json={"title": "x" * 1000, "description": "y" * 20_000}).status_code == 200
+
+
+def test_chunked_body_over_the_cap_is_413_and_writes_nothing(writer):
+    """A body sent without Content-Length (chunked) is counted as it streams in, not trusted to a header."""
+    items = [{"id": f"big{n}", "title": "t", "description": "x" * 19_000} for n in range(5)]
+    body = json.dumps({"items": items}).encode()
+    assert len(body) > BODY_LIMIT  # otherwise a valid request: each limit but the body's holds
+
+    def chunks():
+        for start in range(0, len(body), 8192):
+            yield body[start : start + 8192]
+
+    before = count(writer)
+    response = writer.post("/index", content=chunks(), headers={"Content-Type": "application/json"})
+    assert "content-length" not in response.request.headers
+    assert response.request.headers["transfer-encoding"] == "chunked"
+    assert response.status_code == 413 and "MS_MAX_BODY_BYTES" in response.json()["detail"]
+    assert count(writer) == before
 
 
 def test_keys_401_403_read_key_and_never_echoed_or_logged(service, writer):
