@@ -7,12 +7,14 @@ Restore checks the archive was made for the configured bundle, unpacks next to t
 then swaps it in. The engine preallocates sparse files, so restore writes zero blocks back as holes.
 
 Qdrant server: the server's own collection snapshot (create, download, delete on the server), restored by
-uploading it; the snapshot holds the collection metadata that records the bundle.
+uploading it. The snapshot (a tar) holds the collection's config.json with the metadata that records the bundle:
+restore checks it before the upload replaces the collection.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tarfile
 from dataclasses import dataclass
@@ -30,6 +32,7 @@ from service.errors import InvalidInputError, StoreUnavailableError
 from service.store.base import VectorSchema
 from service.store.edge import SIDECAR, EdgeStore
 from service.store.payload import check_schema
+from service.store.remote import METADATA_KEY, check_collection
 
 _CHUNK = 1 << 16
 """Extraction block: an all-zero one becomes a hole, so it is small enough to find the holes between extents."""
@@ -155,7 +158,9 @@ def _unpack(source: Path, target: Path) -> None:
 
 def _server(settings: Settings) -> tuple[QdrantClient, dict[str, str]]:
     api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-    client = QdrantClient(url=settings.qdrant_url, api_key=api_key, timeout=_TRANSFER_TIMEOUT_S)
+    client = QdrantClient(
+        url=settings.qdrant_url, api_key=api_key, timeout=_TRANSFER_TIMEOUT_S, check_compatibility=False
+    )
     return client, ({"api-key": api_key} if api_key else {})
 
 
@@ -184,6 +189,7 @@ def _create_remote(settings: Settings, target: Path) -> SnapshotReport:
 
 
 def _restore_remote(settings: Settings, source: Path, *, overwrite: bool) -> SnapshotReport:
+    _check_server_snapshot(source, _schema(settings))
     client, headers = _server(settings)
     collection = settings.collection
     try:
@@ -207,3 +213,26 @@ def _restore_remote(settings: Settings, source: Path, *, overwrite: bool) -> Sna
     finally:
         client.close()
     return SnapshotReport(source, items, source.stat().st_size)
+
+
+def _check_server_snapshot(source: Path, schema: VectorSchema) -> None:
+    """Refuse a snapshot of another bundle's collection (or not a Qdrant collection snapshot) before anything on the
+    server changes: its config.json gives the vector sizes and the bundle record (RemoteStore's metadata)."""
+    try:
+        with tarfile.open(source, "r:") as archive:  # a server writes plain tar; members are skipped by seeking
+            member = next((m for m in archive if os.path.normpath(m.name) == "config.json" and m.isfile()), None)
+            if member is None:
+                raise InvalidInputError(f"{source} holds no config.json: it is not a Qdrant collection snapshot")
+            config = json.loads(archive.extractfile(member).read())
+        vectors = config["params"]["vectors"]
+        named = {"": vectors} if "size" in vectors else vectors
+        sizes = {name: int(params["size"]) for name, params in named.items()}
+    except (tarfile.TarError, EOFError, OSError, ValueError, KeyError, TypeError) as e:
+        raise InvalidInputError(f"{source} is not a readable Qdrant collection snapshot ({e!r})") from e
+    check_collection(
+        (config.get("metadata") or {}).get(METADATA_KEY),
+        sizes,
+        schema,
+        where=f"The snapshot {source}",
+        fix="Restore it with the bundle that made it (MS_BUNDLE_DIR), or re-index the catalog.",
+    )

@@ -218,18 +218,9 @@ class RemoteStore:
                 f"{where} uses distances {not_cosine}; metricsearch needs Cosine. Set MS_COLLECTION to another name."
             )
         self._warn_on_other_layout(params.params)
-        built_sizes = {name: p.size for name, p in named.items()}
-        record = (params.metadata or {}).get(METADATA_KEY)
-        if record is None and built_sizes == dict(self._schema.sizes):
-            logger.warning(
-                "%s records no bundle (created elsewhere, or a server without collection metadata); "
-                "its vector sizes fit, so it is used as is",
-                where,
-            )
-            return
-        check_schema(
-            (record or {}).get("identity", "(none recorded)"),
-            built_sizes,
+        check_collection(
+            (params.metadata or {}).get(METADATA_KEY),
+            {name: p.size for name, p in named.items()},
             self._schema,
             where=where,
             fix="Set MS_COLLECTION to a new collection name to index with this bundle, "
@@ -293,6 +284,18 @@ class RemoteStore:
             raise StoreUnavailableError(
                 f"Qdrant at {self._url} does not answer ({e}): check MS_QDRANT_URL and that the server is up"
             ) from e
+
+
+def check_collection(
+    record: Mapping[str, Any] | None, built_sizes: Mapping[str, int], schema: VectorSchema, *, where: str, fix: str
+) -> None:
+    """Refuse a collection (or a snapshot of one) that records another bundle, from its `METADATA_KEY` metadata
+    record and vector sizes. One that records none (created elsewhere, or by a server without collection metadata)
+    is accepted when its sizes fit."""
+    if record is None and dict(built_sizes) == dict(schema.sizes):
+        logger.warning("%s records no bundle; its vector sizes fit, so it is used as is", where)
+        return
+    check_schema((record or {}).get("identity", "(none recorded)"), built_sizes, schema, where=where, fix=fix)
 
 
 def collection_layout(shards: int | None, replication: int | None) -> dict[str, Any]:
