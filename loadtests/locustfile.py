@@ -9,6 +9,8 @@ it never imports the service. Environment (not service settings, hence no MS_ pr
 - LOADTEST_SEED_ITEMS: items indexed at start and drawn from (default 500); with a catalog, its first N rows
   (0 = every row).
 - LOADTEST_CATALOG: a .csv (id,title,description,...) or .jsonl catalog to seed from instead of synthetic items.
+- LOADTEST_NEW_ID_POOL: how many distinct ids the "new item" upserts draw from (default 0 = a fresh id each time,
+  so the catalog keeps growing; a soak sets a pool so that, once it is filled, memory growth means a leak).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from locust.runners import WorkerRunner
 log = logging.getLogger("loadtest")
 
 SEED_BATCH = 250
+NEW_ID_POOL = int(os.environ.get("LOADTEST_NEW_ID_POOL", "0"))
 ADJECTIVES = ["red", "blue", "black", "white", "wireless", "compact", "portable", "stainless", "digital", "cotton"]
 NOUNS = ["shirt", "headphones", "speaker", "kettle", "camera", "laptop", "backpack", "watch", "lamp", "keyboard"]
 BRANDS = ["acme", "globex", "initech", "umbrella", "stark", "wayne"]
@@ -144,5 +147,6 @@ class Shopper(FastHttpUser):
                 base = random.choice(ITEMS)
                 items.append({**base, "metadata": {**base["metadata"], "stock": str(random.randint(0, 99))}})
             else:
-                items.append({"id": f"lt-new-{uuid.uuid4().hex[:12]}", "title": random.choice(TEXTS)})
+                new_id = random.randrange(NEW_ID_POOL) if NEW_ID_POOL else uuid.uuid4().hex[:12]
+                items.append({"id": f"lt-new-{new_id}", "title": random.choice(TEXTS)})
         self._post("/index", "/index", {"items": items}, _headers())

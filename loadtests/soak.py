@@ -92,6 +92,13 @@ def main() -> int:
     parser.add_argument("--users", type=int, default=2, help="concurrent Locust users (closed loop, no think time)")
     parser.add_argument("--bundle", type=Path, default=ROOT / "bundles" / "all-minilm-l6-v2")
     parser.add_argument("--seed-items", type=int, default=1000, help="items indexed before the run (Locust seeds)")
+    parser.add_argument(
+        "--new-id-pool",
+        type=int,
+        default=200,
+        help="distinct ids of the mix's new-item upserts: the catalog stops growing once they are all written, so "
+        "RSS growth after the warm-up is a leak, not data (0 = a fresh id each time)",
+    )
     parser.add_argument("--max-growth", type=float, default=0.10, help="largest RSS growth after warm-up")
     parser.add_argument("--warmup", type=float, default=0.1, help="share of the run before the RSS baseline")
     parser.add_argument("--sample-s", type=float, default=5.0, help="seconds between RSS samples")
@@ -131,7 +138,12 @@ def main() -> int:
                     "--html",
                     str(REPORTS / "soak.html"),
                 ],
-                env={**os.environ, "LOADTEST_API_KEY": api_key, "LOADTEST_SEED_ITEMS": str(args.seed_items)},
+                env={
+                    **os.environ,
+                    "LOADTEST_API_KEY": api_key,
+                    "LOADTEST_SEED_ITEMS": str(args.seed_items),
+                    "LOADTEST_NEW_ID_POOL": str(args.new_id_pool),
+                },
                 stdout=subprocess.DEVNULL,
                 stderr=(REPORTS / "soak-locust.log").open("wb"),
             )
