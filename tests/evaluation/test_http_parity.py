@@ -98,7 +98,11 @@ def test_http_and_in_process_evaluations_agree(bundle_fixture, request, start_se
                 if own is not None:
                     assert served_scores[i, own] == -np.inf  # an item never ranks itself
                     compared[i, own] = False
-            assert served_scores[compared] == pytest.approx(local_scores[compared], abs=1e-5), task
+            # Near a distance of 0 (two identical texts) arccos turns a 1e-7 cosine difference into 2e-4, so there the
+            # scores agree to within what arccos(1 - 1e-6) / pi allows.
+            tolerance = np.where(np.abs(local_scores[compared]) < 1e-3, 1e-3, 1e-5)
+            difference = np.abs(served_scores[compared] - local_scores[compared])
+            assert np.all(difference <= tolerance), (task, float(difference.max()))
             # The same scores give the same metrics; a rank may flip only where two candidates tie within that noise.
             local = evaluate(data, _Fixed("in-process", local_scores))
             served = evaluate(data, _Fixed("served", served_scores))

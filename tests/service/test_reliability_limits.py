@@ -200,7 +200,9 @@ def test_cors_for_listed_origins_queue_full_429_and_request_timeout_503(tiny_bun
             if any(r.status_code == 429 for r in statuses):
                 break
         codes = {r.status_code for r in statuses}
-        assert 429 in codes and codes <= {429, 503}, codes
+        # A query that finds the tiny encoder idle may finish within the 1 ms timeout: 200 is an answer, not a
+        # failure (seen under load); what must hold is 429 on a full queue and no other error.
+        assert 429 in codes and codes <= {200, 429, 503}, codes
         refused = next(r for r in statuses if r.status_code == 429)
         assert refused.headers["retry-after"] == "1" and "retry" in refused.json()["detail"]
         with service.client() as client:
