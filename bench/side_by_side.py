@@ -1,6 +1,6 @@
 """Side by side, in one go, on the same catalog, load profile and machine: metricsearch against the plain stack a
 user would otherwise write (bench/plain_stack.py: sentence-transformers + numpy brute force in FastAPI). Prints a
-table and writes the "Side by side" section of BENCHMARKS.md.
+table and writes the "Side by side, MS_INTRA_OP_THREADS=N" section of BENCHMARKS.md.
 
     .venv/bin/python -m bench.side_by_side [--items 100000] [--seconds 8] [--store-dir var/bench-100k]
 
@@ -276,7 +276,10 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, default=ROOT / "var/bench-side-by-side")
     parser.add_argument("--batcher-sweep", action="store_true", help="only sweep the query batcher's settings")
     parser.add_argument(
-        "--intra-op-threads", type=int, default=0, help="metricsearch's MS_INTRA_OP_THREADS (0, its default: per core)"
+        "--intra-op-threads",
+        type=int,
+        default=Settings().intra_op_threads,
+        help="metricsearch's MS_INTRA_OP_THREADS (default: the service's; 0 = one per core)",
     )
     args = parser.parse_args()
     if shutil.which("wrk") is None:
@@ -336,7 +339,7 @@ def main() -> None:
         "beforehand by the same script, not timed).",
         "Tool: **wrk** 4 (1 thread) for every HTTP figure, on the same 2 cores as the server; c1 = 1 connection "
         f"(latency), c8 = 8 connections (throughput), {args.seconds:g} s each after a 2 s warm-up. metricsearch: "
-        f"`metricsearch serve`, embedded store with HNSW, default settings (caches on) but "
+        f"`metricsearch serve`, embedded store with HNSW, default settings (caches on), "
         f"MS_INTRA_OP_THREADS={args.intra_op_threads}. Plain stack: "
         "bench/plain_stack.py (sentence-transformers encode + numpy brute force over one 384-d vector per item, "
         "FastAPI sync endpoint, library defaults but numpy's BLAS pinned to 1 thread).",
@@ -374,7 +377,7 @@ def main() -> None:
     lines += ["", "Issue 6 targets on this machine (metricsearch):", *target_lines(ours, list(cases))]
     table = "\n".join(lines)
     print(table)
-    title = "Side by side" + (f", MS_INTRA_OP_THREADS={args.intra_op_threads}" if args.intra_op_threads else "")
+    title = f"Side by side, MS_INTRA_OP_THREADS={args.intra_op_threads}"
     write_section(ROOT / "BENCHMARKS.md", title, table)
 
 
