@@ -216,6 +216,7 @@ def quality_sections(args, paths: dict[str, Path], workdir: Path, common: list[s
             key = f"{objective}-{domain}"
             trained[key] = train(key, f"{name} ({label})", workdir, train_args, export_args)
     recipe = without(common, "--max-steps", "--time-budget-s", "--val-fraction", "--mlm-weight")
+    # capped at the 30 minutes bench/train_bench.py gives its main run
     recipe += [*shlex.split(MAIN_OPTIONS), "--max-steps", str(args.recipe_steps), "--time-budget-s", "1800"]
     trained["metricbert-abt-variants"] = train(
         "metricbert-abt-variants",
@@ -316,7 +317,7 @@ def preamble(args, command: str, load: tuple[float, ...], minutes: float, models
         f"{args.max_steps} optimizer steps of 16 examples (or {args.time_budget_s} s): a small budget, so the "
         "rows say what a short fine-tune buys, not what the method can reach. MLM is off (`--mlm-weight 0`, "
         "docs/training.md says why); no validation split (`--val-fraction 0`): each row is the final weights. "
-        f'The exception is the title-variant MetricBERT: the recipe of docs/training.md ("What worked on '
+        'The exception is the title-variant MetricBERT: the recipe of docs/training.md ("What worked on '
         f'Abt-Buy"), {args.recipe_steps} steps of 32, its command in its row.',
         "Metrics (docs/evaluation.md): ranks are 1-based with ties broken pessimistically; MPR 1 = top, 0 = "
         "bottom; HR@k = share of queries whose match is in the top k; P@10 and NDCG@10 count every relevant "

@@ -2,7 +2,7 @@
 user would otherwise write (bench/plain_stack.py: sentence-transformers + numpy brute force in FastAPI). Prints a
 table and writes the "Side by side, MS_INTRA_OP_THREADS=N" section of BENCHMARKS.md.
 
-    .venv/bin/python -m bench.side_by_side [--items 100000] [--seconds 8] [--store-dir var/bench-100k]
+    .venv/bin/python -m bench.side_by_side [--bundle DIR] [--items 100000] [--seconds 8] [--store-dir var/bench-100k]
 
 HTTP figures come from `wrk` (one thread; C, so its own CPU cost stays small next to the server's), each scenario
 twice: 1 connection (latency) and 8 connections (throughput). The catalog is bench/service_bench.py's synthetic one
@@ -38,6 +38,7 @@ from service.store import open_store
 from tests.service_process import ServiceProcess, free_port
 
 ABT = ROOT.parent / "shared/data/raw/abt_buy/Abt.csv"
+DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
 WRK_SCRIPT = """
 local bodies = dofile("{bodies}")
 local n = 0
@@ -200,7 +201,6 @@ def encoder_rows(bundle: Path, seconds: float) -> dict[str, float]:
     return {name: float(np.median(r)) for name, r in rates.items()}
 
 
-DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
 INT8_NOTE = (
     "ONNX int8 and the other reduced precisions, with their neighbour overlap to fp32: bench/encoder_bench.py "
     '(section "Encoder"); it exports and calibrates its own bundles, too long to repeat inside this run.'
