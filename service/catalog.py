@@ -223,7 +223,7 @@ class Catalog:
         ann = scoring.pack(query.fields[None, :, :] * query.present[None, :, None], self.weights)[0]
         limit = max(self._candidates_min, self._candidates_factor * k)
         found = self.store.search(ann, limit, conditions, exclude_ids)
-        if not found.ids:
+        if not found.listings:
             return []
         candidates, candidates_present = scoring.unpack(found.vectors[ANN_VECTOR], len(self.fields))
         if self.manifest.metric == "frobenius":

@@ -95,12 +95,12 @@ class TrainConfig(BaseModel):
             if self.mlm_weight == 0:
                 self.mlm_warmup_steps = 0  # no head to warm up
         else:
-            _reject_unused(self, self.objective, ("mlm_weight", "mlm_warmup_steps"))
+            _reject_unused(self, ("mlm_weight", "mlm_warmup_steps"), "metricbert and recobert")
             self.mlm_weight, self.mlm_warmup_steps = 0.0, 0
         if self.objective == "metricbert":
             self.title_variants = self.title_variants or 0.0
-        elif self.title_variants is not None:
-            raise ValueError(f"--title-variants applies to metricbert only, not {self.objective}")
+        else:
+            _reject_unused(self, ("title_variants",), "metricbert")
         self.margin = self._margin()
         if (self.pooling == "svd") != (self.rank_k is not None):
             raise ValueError(
@@ -137,10 +137,11 @@ class TrainConfig(BaseModel):
         return self.mlm_weight > 0
 
 
-def _reject_unused(config: TrainConfig, objective: str, names: tuple[str, ...]) -> None:
+def _reject_unused(config: TrainConfig, names: tuple[str, ...], used_by: str) -> None:
+    """Stop on an option of `names` given to an objective other than those in `used_by`."""
     given = [f"--{n.replace('_', '-')}" for n in names if getattr(config, n) is not None]
     if given:
-        raise ValueError(f"{', '.join(given)} applies to metricbert and recobert only, not {objective}")
+        raise ValueError(f"{', '.join(given)} applies to {used_by} only, not {config.objective}")
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
