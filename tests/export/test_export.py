@@ -169,7 +169,9 @@ def test_dynamic_batch_and_sequence_axes(tiny_model, tiny_export):
     one = _onnx_encode(tiny_export, batch[2:3])
     seven = _onnx_encode(tiny_export, batch)
     assert one.shape == (1, 32) and seven.shape == (7, 32)
-    assert len(set(_token_counts(tiny_export, batch))) == 7, "the batch must mix sequence lengths"
+    # >= 6, not 7: the tiny WordPiece trains with ties broken differently run to run, and the two descriptions
+    # (39-43 and 40-42 tokens over six builds) sometimes tie.
+    assert len(set(_token_counts(tiny_export, batch))) >= 6, "the batch must mix sequence lengths"
     alone = np.concatenate([_onnx_encode(tiny_export, [text]) for text in batch])
     np.testing.assert_allclose(seven, alone, rtol=1e-4, atol=1e-5)  # padding changes nothing
     _assert_parity(tiny_model, tiny_export, batch)
