@@ -23,8 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.report import write_section
-from service.store.base import StoredItem, VectorSchema
-from service.store.edge import EdgeStore
+from metricsearch.service import EdgeStore, StoredItem, VectorSchema
 
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 768

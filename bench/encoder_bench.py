@@ -26,10 +26,10 @@ import numpy as np
 
 from bench.report import write_section
 from bench.train_bench import abt_buy, write_training_catalog
-from export.onnx_export import export_bundle, packaged_model_dir
-from export.quantize import catalog_texts, neighbour_overlap
-from service.bundle import Bundle, load_bundle, write_manifest
-from service.encoder import Encoder
+from metricsearch.core.base_model import packaged_model_dir
+from metricsearch.core.bundle import Bundle, load_bundle, write_manifest
+from metricsearch.encoder import Encoder
+from metricsearch.export import catalog_texts, export_bundle, neighbour_overlap
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH = 32
@@ -145,7 +145,7 @@ def _static_int8(fp32: Bundle, source: Path, target: Path, catalog: Path, width:
     """ONNX Runtime static QDQ quantization; its calibrators stack activations, so every batch is `width` tokens."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
-    from export.quantize import calibration_feeds
+    from metricsearch.export import calibration_feeds
 
     encoder = Encoder(fp32, "CPUExecutionProvider")
     encoder.tokenizer.enable_padding(length=width, pad_id=encoder.tokenizer.token_to_id("[PAD]") or 0)

@@ -40,12 +40,20 @@ from pathlib import Path
 
 from bench.report import write_section
 from bench.train_bench import MAIN_OPTIONS, abt_buy, sts_pairs, without, write_training_catalog
-from evaluation.datasets import read_task
-from evaluation.harness import ModelResult, evaluate
-from evaluation.report import describe, markdown_table, write_run
-from evaluation.scorers import BundleScorer, LdaScorer, Scorer, TfidfScorer
-from service.errors import MetricSearchError
-from service.second_order import FULL_RANK_CAP
+from metricsearch.core.errors import MetricSearchError
+from metricsearch.core.second_order import FULL_RANK_CAP
+from metricsearch.evaluation import (
+    BundleScorer,
+    LdaScorer,
+    ModelResult,
+    Scorer,
+    TfidfScorer,
+    describe,
+    evaluate,
+    markdown_table,
+    read_task,
+    write_run,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared/data/raw"

@@ -51,16 +51,22 @@ from tqdm import tqdm
 from bench.report import write_section
 from bench.service_bench import Client, percentile, timed_requests, wine_items
 from bench.train_bench import CLI, abt_buy, run, write_training_catalog
-from evaluation.datasets import split_halves
-from evaluation.metrics import pessimistic_rank, ranking_metrics
-from service import scoring, second_order
-from service.bundle import load_bundle
-from service.catalog import ANN_VECTOR, FACTORS_VECTOR, Catalog, Item, vector_schema
-from service.encoder import Encoder
-from service.store import EdgeStore
-from service.store.base import StoredItem
-from service.store.mirror import VectorMirror
-from tests.service_process import ServiceProcess
+from metricsearch.core import scoring, second_order
+from metricsearch.core.bundle import load_bundle
+from metricsearch.core.ranking import pessimistic_rank, ranking_metrics
+from metricsearch.core.records import Item
+from metricsearch.encoder import Encoder
+from metricsearch.evaluation import split_halves
+from metricsearch.service import (
+    ANN_VECTOR,
+    FACTORS_VECTOR,
+    Catalog,
+    EdgeStore,
+    ServiceProcess,
+    StoredItem,
+    VectorMirror,
+    vector_schema,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "BENCHMARKS.md"

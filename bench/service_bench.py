@@ -27,14 +27,18 @@ import orjson
 from tqdm import tqdm
 
 from bench.report import write_section
-from service import scoring
-from service.bundle import load_bundle
-from service.catalog import ANN_VECTOR, content_hash, vector_schema
-from service.config import Settings
-from service.encoder import Encoder
-from service.store import open_store
-from service.store.base import StoredItem
-from tests.service_process import ServiceProcess
+from metricsearch.core import scoring
+from metricsearch.core.bundle import load_bundle
+from metricsearch.encoder import Encoder
+from metricsearch.service import (
+    ANN_VECTOR,
+    ServiceProcess,
+    Settings,
+    StoredItem,
+    content_hash,
+    open_store,
+    vector_schema,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 WINE = ROOT.parent / "shared/data/raw/wine_reviews_kaggle_130k_head/winemag-data-130k-v2.csv"

@@ -30,12 +30,9 @@ from tqdm import tqdm
 
 from bench.report import write_section
 from bench.service_bench import ROOT, synthetic_batches, synthetic_store, wine_items
-from service.bundle import load_bundle
-from service.catalog import ANN_VECTOR, vector_schema
-from service.config import Settings
-from service.encoder import Encoder
-from service.store import open_store
-from tests.service_process import ServiceProcess, free_port
+from metricsearch.core.bundle import load_bundle
+from metricsearch.encoder import Encoder
+from metricsearch.service import ANN_VECTOR, ServiceProcess, Settings, free_port, open_store, vector_schema
 
 ABT = ROOT.parent / "shared/data/raw/abt_buy/Abt.csv"
 DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"

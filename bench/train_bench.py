@@ -33,10 +33,10 @@ from scipy.stats import spearmanr
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from bench.report import write_section
-from evaluation.metrics import pessimistic_rank, ranking_metrics
-from service import scoring
-from service.bundle import load_bundle
-from service.encoder import Encoder
+from metricsearch.core import scoring
+from metricsearch.core.bundle import load_bundle
+from metricsearch.core.ranking import pessimistic_rank, ranking_metrics
+from metricsearch.encoder import Encoder
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared/data/raw"

@@ -20,7 +20,7 @@ def _fail(message: str) -> None:
 
 
 def _settings(**overrides: object):
-    from service.config import Settings
+    from metricsearch.service import Settings
 
     return Settings(**{k: v for k, v in overrides.items() if v is not None})
 
@@ -41,10 +41,8 @@ def serve(
 
     import uvicorn
 
-    from service.api.app import create_app
-    from service.errors import MetricSearchError
-    from service.logs import configure_logging
-    from service.runtime import build_runtime
+    from metricsearch.core.errors import MetricSearchError
+    from metricsearch.service import build_runtime, configure_logging, create_app
 
     overrides = {"bundle_dir": bundle, "host": host, "port": port, "data_dir": data_dir, "workers": workers}
     settings = _settings(**overrides)
@@ -66,7 +64,9 @@ def serve(
             )
         # Each worker builds its own runtime from the environment: hand it the command-line options too.
         os.environ.update({f"MS_{name.upper()}": str(value) for name, value in overrides.items() if value is not None})
-        uvicorn.run("service.api.app:app_from_environment", factory=True, workers=settings.workers, **options)
+        uvicorn.run(
+            "metricsearch.service.api.app:app_from_environment", factory=True, workers=settings.workers, **options
+        )
         return
     try:
         runtime = build_runtime(settings)
@@ -91,8 +91,8 @@ def index(
 
     from tqdm import tqdm
 
-    from service.catalog_io import read_catalog
-    from service.errors import MetricSearchError
+    from metricsearch.core.errors import MetricSearchError
+    from metricsearch.core.readers import read_catalog
 
     settings = _settings(bundle_dir=bundle, data_dir=data_dir, api_key=api_key)
     started = time.perf_counter()
@@ -117,7 +117,7 @@ def index(
 @contextmanager
 def _store_sender(settings):
     """Index in-process into the embedded store (the service must not be running on the same data dir)."""
-    from service.runtime import build_runtime
+    from metricsearch.service import build_runtime
 
     runtime = build_runtime(settings)
     try:
@@ -131,7 +131,7 @@ def _http_sender(url: str, settings):
     """Post batches to a running service's /index."""
     import httpx
 
-    from service.errors import InvalidInputError
+    from metricsearch.core.errors import InvalidInputError
 
     headers = {"Authorization": f"Bearer {settings.api_key.get_secret_value()}"} if settings.api_key else {}
 
@@ -197,7 +197,8 @@ def export(
     ] = None,
 ) -> None:
     """Turn a checkpoint into a model bundle (needs the `train` extra: torch)."""
-    from export.onnx_export import ExportError, export_bundle
+    from metricsearch.core.errors import MetricSearchError
+    from metricsearch.export import export_bundle
 
     try:
         path = export_bundle(
@@ -214,9 +215,9 @@ def export(
             precision=precision,
             catalog=catalog,
         )
-    except ExportError as exc:
+    except MetricSearchError as exc:
         _fail(str(exc))
-    from service.bundle import load_bundle
+    from metricsearch.core.bundle import load_bundle
 
     agreement = load_bundle(path).manifest.encoder.agreement
     measured = (
@@ -318,19 +319,19 @@ def train(
     (needs the `train` extra). docs/training.md explains every option."""
     options = {k: v for k, v in locals().items() if k != "config"}  # the options as given; None = not given
     options["resume"] = resume or None  # an unset flag leaves the config file's value
-    from trainer.config import build_config
-    from trainer.errors import TrainerError
+    from metricsearch.core.errors import MetricSearchError
+    from metricsearch.trainer import build_config
 
     try:
         settings = build_config(options, config)
         from transformers.utils import logging as transformers_logging
 
-        from trainer.train import train as run_training
+        from metricsearch.trainer import train as run_training
 
         transformers_logging.disable_progress_bar()  # per-file load/save bars would break up the training bar
 
         result = run_training(settings)
-    except TrainerError as exc:
+    except MetricSearchError as exc:
         _fail(str(exc))
     if result.primary:
         typer.echo(result.summary(settings.objective))
@@ -374,8 +375,8 @@ def evaluate(
     import sys
     import time
 
-    from evaluation.report import compare_tables, load_run, plot_runs
-    from service.errors import MetricSearchError
+    from metricsearch.core.errors import MetricSearchError
+    from metricsearch.evaluation import compare_tables, load_run, plot_runs
 
     started = time.perf_counter()
     runs, summary = [], ""
@@ -383,10 +384,16 @@ def evaluate(
         if task or data:
             if not (task and data):
                 _fail("--task and --data go together")
-            from evaluation.datasets import read_task
-            from evaluation.harness import evaluate as evaluate_model
-            from evaluation.report import describe, markdown_table, write_run
-            from evaluation.scorers import BundleScorer, HttpScorer, baseline_scorers
+            from metricsearch.evaluation import (
+                BundleScorer,
+                HttpScorer,
+                baseline_scorers,
+                describe,
+                markdown_table,
+                read_task,
+                write_run,
+            )
+            from metricsearch.evaluation import evaluate as evaluate_model
 
             settings = _settings(api_key=api_key)
             dataset = read_task(task, data)
@@ -441,8 +448,8 @@ def snapshot_create(
     data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
 ) -> None:
     """Write a consistent snapshot of the store (flushed; writes held back while it is read)."""
-    from service.errors import MetricSearchError
-    from service.snapshot import create
+    from metricsearch.core.errors import MetricSearchError
+    from metricsearch.service import create_snapshot as create
 
     try:
         report = create(_settings(bundle_dir=bundle, data_dir=data_dir), path)
@@ -459,8 +466,8 @@ def snapshot_restore(
     overwrite: Annotated[bool, typer.Option(help="replace an existing store")] = False,
 ) -> None:
     """Replace the store by a snapshot, after checking it was made for this bundle."""
-    from service.errors import MetricSearchError
-    from service.snapshot import restore
+    from metricsearch.core.errors import MetricSearchError
+    from metricsearch.service import restore_snapshot as restore
 
     try:
         report = restore(_settings(bundle_dir=bundle, data_dir=data_dir), path, overwrite=overwrite)

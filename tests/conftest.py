@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service_process import ServiceProcess
+from metricsearch.service.process import ServiceProcess
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -16,7 +16,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 @pytest.fixture(scope="session")
 def tiny_bundle(tmp_path_factory) -> Path:
-    from export.onnx_export import export_bundle
+    from metricsearch.export.onnx_export import export_bundle
     from tests.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("tiny")
@@ -26,7 +26,7 @@ def tiny_bundle(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def real_bundle(tmp_path_factory) -> Path:
-    from export.onnx_export import export_bundle
+    from metricsearch.export.onnx_export import export_bundle
 
     return export_bundle(None, tmp_path_factory.mktemp("real") / "bundle")
 

@@ -20,6 +20,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
 DOCKER = ROOT / "docker"
+# The parts of the metricsearch package the service images leave out (.dockerignore): they need torch.
+OFFLINE_PARTS = ("trainer", "export", "evaluation")
 KUSTOMIZATIONS = [K8S / "overlays" / "cpu", K8S / "overlays" / "gpu", K8S / "loadtest"]
 MS_VARIABLE = re.compile(r"\bMS_[A-Z0-9_]+\b")
 

@@ -8,7 +8,7 @@ import re
 
 import yaml
 
-from tests.deploy.manifests import DOCKER, ROOT
+from tests.deploy.manifests import DOCKER, OFFLINE_PARTS, ROOT
 
 DOCKERFILE = (DOCKER / "Dockerfile").read_text()
 COMPOSE = yaml.safe_load((DOCKER / "compose.yaml").read_text())
@@ -70,8 +70,10 @@ def test_dockerignore_sends_what_the_dockerfile_copies_and_keeps_out_the_rest():
     for source in sources:
         assert (ROOT / source).exists() or source.startswith("bundles/"), source
         assert not ignored(source, patterns), f"{source} is copied by the Dockerfile but excluded by .dockerignore"
-    for kept_out in (".venv/bin/python", "var/items/x", "trainer/loop.py", ".git/HEAD", "docker/.env", "tests/x.py"):
+    offline = [f"metricsearch/{part}/x.py" for part in OFFLINE_PARTS]
+    for kept_out in (".venv/bin/python", "var/items/x", ".git/HEAD", "docker/.env", "tests/x.py", *offline):
         assert ignored(kept_out, patterns), kept_out
+    assert not ignored("metricsearch/service/app.py", patterns) and not ignored("metricsearch/core/x.py", patterns)
 
 
 def test_compose_pins_qdrant_and_points_the_service_at_it():

@@ -4,7 +4,7 @@ setting is documented there is tests/service/test_config.py's check)."""
 
 from __future__ import annotations
 
-from service.config import Settings
+from metricsearch.service.config import Settings
 from tests.deploy.manifests import ROOT, deployment_files, ms_variables
 
 KNOWN = {f"MS_{name.upper()}" for name in Settings.model_fields}

@@ -1,6 +1,7 @@
 """The service image's Python environment, without Docker: the wheel built from what docker/Dockerfile copies
-(pyproject, README, service/, metricsearch/), installed with the `service` extra only into a fresh venv (no system
-site-packages), serves a bundle without torch: it imports, loads the bundle with ONNX Runtime, indexes and answers.
+(pyproject, README, metricsearch/ less the offline parts .dockerignore keeps out), installed with the `service`
+extra only into a fresh venv (no system site-packages), serves a bundle without torch: it imports, loads the bundle
+with ONNX Runtime, indexes and answers; its only top-level package is `metricsearch`.
 
 Dependencies come from a wheelhouse in pytest's cache, filled from PyPI on the first run (about a minute) and
 installed with --no-index afterwards."""
@@ -11,25 +12,26 @@ import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.deploy.manifests import ROOT
+from tests.deploy.manifests import OFFLINE_PARTS, ROOT
 
 CHECK = """
 import importlib.util, json, sys
-from service.catalog import Item
-from service.config import Settings
-from service.runtime import build_runtime
-import service.api.app, metricsearch.cli
+from metricsearch.core.records import Item
+from metricsearch.service.config import Settings
+from metricsearch.service.runtime import build_runtime
+import metricsearch.service.api.app, metricsearch.cli
 
 runtime = build_runtime(Settings(bundle_dir=sys.argv[1], data_dir=sys.argv[2]))
 runtime.catalog.index([Item("a", "red cotton shirt", "soft", {}), Item("b", "blue linen shirt", "", {}),
                        Item("c", "stainless kettle", "1.7 l", {})])
 similar = runtime.catalog.similar_to_item("a", 2, [], [])
 runtime.close()
-heavy = [m for m in ("torch", "transformers", "sentence_transformers", "trainer", "export")
+heavy = [m for m in ("torch", "transformers", "sentence_transformers", "metricsearch.trainer", "metricsearch.export")
          if m in sys.modules or importlib.util.find_spec(m) is not None]
 print(json.dumps({"similar": [m.id for m in similar], "heavy": heavy, "prefix": sys.prefix}))
 """
@@ -47,10 +49,13 @@ def test_wheel_with_the_service_extra_serves_without_torch(tmp_path, tiny_bundle
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, source / name)
-    for package in ("service", "metricsearch"):
-        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "metricsearch", source / "metricsearch", ignore=shutil.ignore_patterns("__pycache__"))
+    for offline in OFFLINE_PARTS:  # what .dockerignore keeps out of the image
+        shutil.rmtree(source / "metricsearch" / offline)
     run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path, source)
     (wheel,) = tmp_path.glob("metricsearch-*.whl")
+    top_level = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert {name for name in top_level if not name.endswith(".dist-info")} == {"metricsearch"}
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv)

@@ -10,7 +10,7 @@ import pytest
 @pytest.fixture(scope="session")
 def svd_bundle(tiny_bundle, tmp_path_factory) -> Path:
     """The tiny model exported for second-order serving: rank-2 factors, reranked by S_F."""
-    from export.onnx_export import export_bundle
+    from metricsearch.export.onnx_export import export_bundle
 
     root = tmp_path_factory.mktemp("svd2")
     return export_bundle(tiny_bundle.parent / "model", root / "bundle", name="tiny-svd2", pooling="svd", rank_k=2)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from evaluation.datasets import read_task, split_halves
-from service.errors import InvalidInputError
+from metricsearch.core.errors import InvalidInputError
+from metricsearch.evaluation.datasets import read_task, split_halves
 
 LEFT = "id,title,description\nl1,red cotton shirt,soft red shirt\nl2,leather boots,brown boots\nl3,jeans,\n"
 RIGHT = "id,title,description\nr1,boots,brown leather\nr2,shirt,red cotton\nr3,denim jeans,blue\nr4,hat,green\n"

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaluation.datasets import read_task
-from evaluation.harness import evaluate
-from evaluation.scorers import BundleScorer, HttpScorer
+from metricsearch.evaluation.datasets import read_task
+from metricsearch.evaluation.harness import evaluate
+from metricsearch.evaluation.scorers import BundleScorer, HttpScorer
 from tests.tiny_model import CORPUS
 
 pytestmark = pytest.mark.slow

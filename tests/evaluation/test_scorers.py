@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evaluation.datasets import EvalData
-from evaluation.scorers import BundleScorer
-from service.catalog import Item
+from metricsearch.core.records import Item
+from metricsearch.evaluation.datasets import EvalData
+from metricsearch.evaluation.scorers import BundleScorer
 from tests.tiny_model import CORPUS
 
 

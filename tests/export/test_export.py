@@ -17,9 +17,9 @@ import pytest
 from sentence_transformers import SentenceTransformer
 from tokenizers import Tokenizer
 
-from export import onnx_export
-from export.onnx_export import ExportError, export_bundle
-from service.bundle import load_bundle
+from metricsearch.core.bundle import load_bundle
+from metricsearch.export import onnx_export
+from metricsearch.export.onnx_export import ExportError, export_bundle
 from tests.tiny_model import build_tiny_model
 
 _TITLES = [

@@ -15,11 +15,11 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from export.onnx_export import ExportError, export_bundle
-from export.quantize import neighbour_overlap
-from service.bundle import MANIFEST_FILE, check_agreement, load_bundle
-from service.encoder import Encoder, choose_backend, choose_providers
-from service.errors import BundleError
+from metricsearch.core.bundle import MANIFEST_FILE, check_agreement, load_bundle
+from metricsearch.core.errors import BundleError
+from metricsearch.encoder import Encoder, choose_backend, choose_providers
+from metricsearch.export.onnx_export import ExportError, export_bundle
+from metricsearch.export.quantize import neighbour_overlap
 from tests.tiny_model import CORPUS, build_tiny_model
 
 

@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from service.batcher import QueryBatcher
-from service.errors import OverloadedError
+from metricsearch.core.errors import OverloadedError
+from metricsearch.service.batcher import QueryBatcher
 
 
 class RecordingEncoder:

@@ -8,8 +8,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from service.batcher import QueryBatcher
-from service.cache import AnswerCache, EmbeddingCache
+from metricsearch.service.batcher import QueryBatcher
+from metricsearch.service.cache import AnswerCache, EmbeddingCache
 
 
 class Counts:

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from service.config import Settings
+from metricsearch.service.config import Settings
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -27,8 +27,9 @@ def test_env_variables_override_defaults(monkeypatch):
 
 def test_serving_path_imports_no_torch_trainer_or_export():
     code = (
-        "import sys, service.api.app, service.runtime, metricsearch.cli; "
-        "bad = [m for m in ('torch', 'trainer', 'export', 'transformers') if m in sys.modules]; "
+        "import sys, metricsearch.service.api.app, metricsearch.service.runtime, metricsearch.cli; "
+        "bad = [m for m in ('torch', 'metricsearch.trainer', 'metricsearch.export', 'transformers') "
+        "if m in sys.modules]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

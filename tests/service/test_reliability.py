@@ -17,13 +17,13 @@ import numpy as np
 import psutil
 import pytest
 
-from service import scoring
-from service.bundle import load_bundle
-from service.catalog import ANN_VECTOR, vector_schema
-from service.encoder import Encoder
-from service.store import EdgeStore
-from service.store.base import StoredItem
-from tests.service_process import ServiceProcess
+from metricsearch.core import scoring
+from metricsearch.core.bundle import load_bundle
+from metricsearch.encoder import Encoder
+from metricsearch.service.catalog import ANN_VECTOR, vector_schema
+from metricsearch.service.process import ServiceProcess
+from metricsearch.service.store import EdgeStore
+from metricsearch.service.store.base import StoredItem
 from tests.tiny_model import CORPUS
 
 WORDS = sorted({word for line in CORPUS for word in re.findall(r"[a-z]{3,}", line.lower())})

@@ -10,11 +10,11 @@ from fastapi.testclient import TestClient
 from qdrant_client import QdrantClient
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from service import runtime as runtime_module
-from service.api.app import create_app
-from service.config import Settings
-from service.runtime import build_runtime
-from service.store import RemoteStore
+from metricsearch.service import runtime as runtime_module
+from metricsearch.service.api.app import create_app
+from metricsearch.service.config import Settings
+from metricsearch.service.runtime import build_runtime
+from metricsearch.service.store import RemoteStore
 
 SECRET = "/srv/internal/secret_module.py line 42"
 

@@ -10,7 +10,7 @@ import threading
 import httpx
 import pytest
 
-from tests.service_process import ServiceProcess
+from metricsearch.service.process import ServiceProcess
 
 WRITE_KEY = "w-0123456789abcdef"
 READ_KEY = "r-fedcba9876543210"

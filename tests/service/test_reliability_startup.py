@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service_process import ServiceProcess, free_port
+from metricsearch.service.process import ServiceProcess, free_port
 
 
 def serve(bundle: Path, data_dir: Path, timeout_s: float = 60) -> subprocess.CompletedProcess:

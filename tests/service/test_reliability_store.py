@@ -8,8 +8,8 @@ import threading
 import numpy as np
 import pytest
 
-from service.store.base import StoredItem, VectorSchema
-from service.store.edge import EdgeStore
+from metricsearch.service.store.base import StoredItem, VectorSchema
+from metricsearch.service.store.edge import EdgeStore
 
 SCHEMA = VectorSchema(sizes={"ann": 8}, ann="ann", identity="sync-test")
 

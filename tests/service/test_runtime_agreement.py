@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from service.bundle import MANIFEST_FILE
-from service.config import Settings
-from service.errors import BundleError
-from service.runtime import build_runtime
+from metricsearch.core.bundle import MANIFEST_FILE
+from metricsearch.core.errors import BundleError
+from metricsearch.service.config import Settings
+from metricsearch.service.runtime import build_runtime
 
 
 def _unmeasured(bundle: Path, precision: str, target: Path) -> Path:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service import second_order
+from metricsearch.core import second_order
 
 
 def explicit_similarity(a: np.ndarray, b: np.ndarray) -> float:
@@ -109,7 +109,7 @@ def test_serving_rank():
 
 @pytest.fixture(scope="module")
 def svd_bundle(tmp_path_factory):
-    from export.onnx_export import export_bundle
+    from metricsearch.export.onnx_export import export_bundle
     from tests.tiny_model import build_tiny_model
 
     root = tmp_path_factory.mktemp("second-order")
@@ -120,10 +120,10 @@ def _catalog(bundle, path, *, remote: bool = False):
     """A Catalog on the embedded store, or on qdrant-client's local mode (the server store's code path)."""
     from qdrant_client import QdrantClient
 
-    from service.bundle import load_bundle
-    from service.catalog import Catalog, vector_schema
-    from service.encoder import Encoder
-    from service.store import EdgeStore, RemoteStore
+    from metricsearch.core.bundle import load_bundle
+    from metricsearch.encoder import Encoder
+    from metricsearch.service.catalog import Catalog, vector_schema
+    from metricsearch.service.store import EdgeStore, RemoteStore
 
     loaded = load_bundle(bundle)
     schema = vector_schema(loaded)
@@ -137,8 +137,8 @@ def _catalog(bundle, path, *, remote: bool = False):
 def test_export_options_for_second_order_pooling(svd_bundle, tmp_path):
     """Post-hoc truncation is `--pooling cov --rank-k K`; a metric or rank that does not fit is refused before any
     work, with what to change."""
-    from export.onnx_export import ExportError, export_bundle
-    from service.bundle import load_bundle
+    from metricsearch.core.bundle import load_bundle
+    from metricsearch.export.onnx_export import ExportError, export_bundle
 
     model = svd_bundle.parent / "model"
     manifest = load_bundle(export_bundle(model, tmp_path / "cov2", pooling="cov", rank_k=2)).manifest
@@ -154,7 +154,7 @@ def test_export_options_for_second_order_pooling(svd_bundle, tmp_path):
 
 def test_embedded_and_server_stores_rerank_alike(svd_bundle, tmp_path):
     """Congruence: the factors stored as a named vector read back the same from qdrant-edge and qdrant-client."""
-    from service.catalog import Item
+    from metricsearch.core.records import Item
     from tests.service.api.test_api import ITEMS
 
     answers = []
@@ -174,10 +174,10 @@ def test_token_bundle_encodes_what_the_trained_model_gives(svd_bundle):
     same factor code (what trainer validation scores)."""
     from sentence_transformers import SentenceTransformer
 
-    from service.bundle import load_bundle
-    from service.encoder import Encoder
+    from metricsearch.core.bundle import load_bundle
+    from metricsearch.encoder import Encoder
+    from metricsearch.trainer.validation import token_matrices
     from tests.tiny_model import CORPUS
-    from trainer.validation import token_matrices
 
     encoder = Encoder(load_bundle(svd_bundle))
     texts = [*CORPUS[:6], "ok", CORPUS[7] * 6]  # a 3-token text and one past max_seq_length
@@ -196,7 +196,8 @@ def test_token_bundle_encodes_what_the_trained_model_gives(svd_bundle):
 
 
 def test_catalog_reranks_by_frobenius_similarity_and_an_item_scores_1_against_itself(svd_bundle, tmp_path):
-    from service.catalog import FACTORS_VECTOR, Item
+    from metricsearch.core.records import Item
+    from metricsearch.service.catalog import FACTORS_VECTOR
     from tests.service.api.test_api import ITEMS
 
     catalog, store = _catalog(svd_bundle, tmp_path / "store")

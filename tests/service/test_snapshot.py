@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.service_process import ServiceProcess
+from metricsearch.service.process import ServiceProcess
 
 ITEMS = [
     {"id": f"s{n}", "title": f"{word} item {n}", "description": f"a {word} thing, number {n}", "metadata": {"n": n}}

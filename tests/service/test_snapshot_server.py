@@ -23,13 +23,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from service.bundle import load_bundle
-from service.catalog import vector_schema
-from service.config import Settings
-from service.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
-from service.snapshot import create, restore
-from service.store.remote import METADATA_KEY
-from tests.service_process import free_port
+from metricsearch.core.bundle import load_bundle
+from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
+from metricsearch.service.catalog import vector_schema
+from metricsearch.service.config import Settings
+from metricsearch.service.process import free_port
+from metricsearch.service.snapshot import create, restore
+from metricsearch.service.store.remote import METADATA_KEY
 
 API_KEY = "qdrant-key-for-tests"
 pytestmark = pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.augment import is_part_number, positive_texts, title_variant
-from trainer.config import TrainConfig
+from metricsearch.trainer.augment import is_part_number, positive_texts, title_variant
+from metricsearch.trainer.config import TrainConfig
 
 WORD = st.text(alphabet="abcXYZ019-", min_size=1, max_size=9)
 

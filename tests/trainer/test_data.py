@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.data import ScoredPair, Triplet, mask_tokens, read_catalog, read_pairs, read_triplets
-from trainer.errors import TrainerError
+from metricsearch.core.errors import InvalidInputError, TrainerError
+from metricsearch.core.records import ScoredPair, Triplet
+from metricsearch.trainer.data import mask_tokens, read_catalog, read_pairs, read_triplets
 
 # ----------------------------------------------------------------------------------------------- files
 
@@ -68,12 +69,12 @@ def test_jsonl_pairs_with_numeric_and_string_scores(tmp_path):
 def test_bad_pair_files_are_named_by_file_line_and_column(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_text(content)
-    with pytest.raises(TrainerError, match=message):
+    with pytest.raises(InvalidInputError, match=message):
         read_pairs(path)
 
 
 def test_missing_file_is_named(tmp_path):
-    with pytest.raises(TrainerError, match=r"nope\.csv: no such file"):
+    with pytest.raises(InvalidInputError, match=r"nope\.csv: no such file"):
         read_pairs(tmp_path / "nope.csv")
 
 
@@ -94,7 +95,7 @@ def test_triplets_in_each_format(tmp_path, name, content):
 def test_triplets_missing_column_is_named(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text("anchor,positive\na,b\n")
-    with pytest.raises(TrainerError, match=r"t\.csv:1: header lacks column\(s\) negative"):
+    with pytest.raises(InvalidInputError, match=r"t\.csv:1: header lacks column\(s\) negative"):
         read_triplets(path)
 
 
@@ -107,10 +108,10 @@ def test_catalog_read_through_the_service_reader(tmp_path):
     ]
 
 
-def test_catalog_errors_become_trainer_errors_naming_the_line(tmp_path):
+def test_catalog_errors_name_the_line(tmp_path):
     path = tmp_path / "c.csv"
     path.write_text("id,title\n1,ok\n2,\n")
-    with pytest.raises(TrainerError, match=r"c\.csv:3: missing title"):
+    with pytest.raises(InvalidInputError, match=r"c\.csv:3: missing title"):
         read_catalog(path)
 
 
@@ -118,7 +119,7 @@ def test_catalog_errors_become_trainer_errors_naming_the_line(tmp_path):
 def test_empty_catalog_is_refused(tmp_path, name, content):
     path = tmp_path / name
     path.write_text(content)
-    with pytest.raises(TrainerError, match=r"has no items"):
+    with pytest.raises(InvalidInputError, match=r"has no items"):
         read_catalog(path)
 
 

@@ -14,15 +14,15 @@ import torch
 from sentence_transformers import SentenceTransformer
 from transformers import get_linear_schedule_with_warmup
 
-from export.onnx_export import export_bundle
-from service.bundle import load_bundle
-from service.encoder import Encoder
+from metricsearch.core.bundle import load_bundle
+from metricsearch.core.errors import TrainerError
+from metricsearch.encoder import Encoder
+from metricsearch.export.onnx_export import export_bundle
+from metricsearch.trainer.config import build_config
+from metricsearch.trainer.loop import Loop, lr_factors
+from metricsearch.trainer.train import train
+from metricsearch.trainer.validation import diagonal_mrr, spearman, triplet_accuracy
 from tests.tiny_model import CORPUS, build_tiny_model
-from trainer.config import build_config
-from trainer.errors import TrainerError
-from trainer.loop import Loop, lr_factors
-from trainer.train import train
-from trainer.validation import diagonal_mrr, spearman, triplet_accuracy
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.errors import TrainerError
-from trainer.losses import (
+from metricsearch.core.errors import TrainerError
+from metricsearch.trainer.losses import (
     angular_distance,
     contrastive_loss,
     cosine_distance,

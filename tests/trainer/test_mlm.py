@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.data import mask_tokens
-from trainer.errors import TrainerError
-from trainer.mlm import MLMHead, freeze_encoder
+from metricsearch.core.errors import TrainerError
+from metricsearch.trainer.data import mask_tokens
+from metricsearch.trainer.mlm import MLMHead, freeze_encoder
 
 HIDDEN, VOCAB = 16, 50
 

@@ -10,12 +10,11 @@ import torch
 import torch.nn.functional as F
 from sentence_transformers import SentenceTransformer
 
-from service.catalog import Item
+from metricsearch.core.records import Item, ScoredPair, Triplet
+from metricsearch.trainer import losses, objectives
+from metricsearch.trainer.config import TrainConfig
+from metricsearch.trainer.objectives import MetricBERT, RecoBERT, build_objective
 from tests.tiny_model import CORPUS, build_tiny_model
-from trainer import losses, objectives
-from trainer.config import TrainConfig
-from trainer.data import ScoredPair, Triplet
-from trainer.objectives import MetricBERT, RecoBERT, build_objective
 
 STEPS = 8
 

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from service import second_order
+from metricsearch.core import second_order
+from metricsearch.core.errors import TrainerError
+from metricsearch.trainer import pooling
+from metricsearch.trainer.config import TrainConfig
 from tests.trainer.test_objectives import CASES, losses_on_fixed_batch, tiny_dir  # noqa: F401 (fixture)
-from trainer import pooling
-from trainer.config import TrainConfig
-from trainer.errors import TrainerError
 
 
 def _batch(*matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,7 +89,7 @@ def test_loss_falls_with_second_order_pooling(tiny_dir, case, name, k):  # noqa:
 
 
 def test_rank_k_goes_with_svd_only():
-    from trainer.config import build_config
+    from metricsearch.trainer.config import build_config
 
     base = {"objective": "metricbert", "catalog": "c.csv", "out": "o"}
     with pytest.raises(TrainerError, match="rank-k"):

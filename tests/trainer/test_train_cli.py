@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from service.bundle import load_bundle
+from metricsearch.core.bundle import load_bundle
+from metricsearch.core.errors import TrainerError
+from metricsearch.trainer.config import build_config
 from tests.tiny_model import CORPUS
-from trainer.config import build_config
-from trainer.errors import TrainerError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import math
 import httpx
 import pytest
 
-from tests.service_process import ServiceProcess
+from metricsearch.service.process import ServiceProcess
 
 KEY = "write-secret"
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.service_process import ServiceProcess
+from metricsearch.service.process import ServiceProcess
 
 ITEMS = [
     {"id": f"c{i}", "title": title, "description": f"{title}, item {i}", "metadata": {"brand": brand, "flag": flag}}

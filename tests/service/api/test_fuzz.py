@@ -10,7 +10,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from tests.service_process import ServiceProcess
+from metricsearch.service.process import ServiceProcess
 
 KEY = "fuzz-write-key"
 EXAMPLES = 150

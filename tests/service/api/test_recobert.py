@@ -7,11 +7,11 @@ import shutil
 
 import numpy as np
 
-from service import scoring
-from service.bundle import load_bundle
-from service.encoder import Encoder
+from metricsearch.core import scoring
+from metricsearch.core.bundle import load_bundle
+from metricsearch.encoder import Encoder
+from metricsearch.service.process import ServiceProcess
 from tests.service.api.test_api import ITEMS
-from tests.service_process import ServiceProcess
 
 
 def test_recobert_bundle_reranks_by_fused_scores(tiny_bundle, tmp_path):

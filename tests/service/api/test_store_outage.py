@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.service_process import ServiceProcess, free_port
+from metricsearch.service.process import ServiceProcess, free_port
 
 
 @pytest.fixture

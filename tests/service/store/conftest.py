@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from service.store import EdgeStore, RemoteStore
-from service.store.base import AnyOf, Condition, Equals, Range, StoredItem, VectorSchema
+from metricsearch.service.store import EdgeStore, RemoteStore
+from metricsearch.service.store.base import AnyOf, Condition, Equals, Range, StoredItem, VectorSchema
 
 SCHEMA = VectorSchema(sizes={"title": 8, "description": 12}, ann="title", identity="test-bundle@1")
 COLORS = ("red", "green", "blue")

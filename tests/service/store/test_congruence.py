@@ -11,10 +11,10 @@ from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from service.config import Settings
-from service.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
-from service.store import EdgeStore, RemoteStore, open_store
-from service.store.base import AnyOf, Equals, Range, SearchResult
+from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
+from metricsearch.service.config import Settings
+from metricsearch.service.store import EdgeStore, RemoteStore, open_store
+from metricsearch.service.store.base import AnyOf, Equals, Range, SearchResult
 from tests.service.store.conftest import SCHEMA, Reference, unit
 
 N_ITEMS = 60

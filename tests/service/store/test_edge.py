@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.config import Settings
-from service.errors import StoreMismatchError, StoreUnavailableError
-from service.store import EdgeStore, edge, open_store
-from service.store.base import Equals, Range
+from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
+from metricsearch.service.config import Settings
+from metricsearch.service.store import EdgeStore, edge, open_store
+from metricsearch.service.store.base import Equals, Range
 from tests.service.store.conftest import SCHEMA, Reference, unit
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.store.mirror import VectorMirror
+from metricsearch.service.store.mirror import VectorMirror
 
 
 def test_put_take_replace_remove_and_reuse():

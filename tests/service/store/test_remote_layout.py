@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from qdrant_client import QdrantClient
 
-from service.config import Settings
-from service.store import open_store
+from metricsearch.service.config import Settings
+from metricsearch.service.store import open_store
 from tests.service.store.conftest import SCHEMA
 
 URL = "http://qdrant.test:6333"
@@ -39,7 +39,7 @@ def clients(tmp_path, monkeypatch) -> list[RecordingClient]:
         made.append(RecordingClient(tmp_path / "qdrant"))
         return made[-1]
 
-    monkeypatch.setattr("service.store.remote.QdrantClient", connect)
+    monkeypatch.setattr("metricsearch.service.store.remote.QdrantClient", connect)
     return made
 
 

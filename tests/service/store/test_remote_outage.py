@@ -11,12 +11,12 @@ import pytest
 from qdrant_client import QdrantClient
 from qdrant_client.http.exceptions import ResponseHandlingException
 
-from service.config import Settings
-from service.errors import StoreUnavailableError
-from service.store import RemoteStore, open_store
-from service.store.remote import collection_layout
+from metricsearch.core.errors import StoreUnavailableError
+from metricsearch.service.config import Settings
+from metricsearch.service.process import free_port
+from metricsearch.service.store import RemoteStore, open_store
+from metricsearch.service.store.remote import collection_layout
 from tests.service.store.conftest import SCHEMA
-from tests.service_process import free_port
 
 
 def refused(*args, **kwargs):

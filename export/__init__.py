@@ -1,1 +1,0 @@
-"""Turns a checkpoint into a model bundle (ONNX encoder, tokenizer, manifest)."""

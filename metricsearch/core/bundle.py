@@ -1,0 +1,245 @@
+"""The model bundle: the one contract between the offline side (export/) and the online side (service/, and the
+evaluation that scores bundles as the service does).
+
+A bundle is a folder holding `bundle.json` (the manifest defined here, once), an ONNX encoder and
+`tokenizer.json`. The manifest is validated on load; every problem becomes a `BundleError` that names
+the file and what to do about it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from metricsearch.core.errors import BundleError
+
+SCHEMA_VERSION = 1
+MANIFEST_FILE = "bundle.json"
+
+FieldName = Literal["title", "description"]
+Pooling = Literal["mean", "cov", "svd"]
+Metric = Literal["angular", "frobenius", "recobert"]
+
+METRICS_OF_POOLING: dict[str, tuple[str, ...]] = {
+    "mean": ("angular", "recobert"),
+    "cov": ("frobenius",),
+    "svd": ("frobenius",),
+}
+"""The one rule of which rerank metric goes with which pooling (the first is the default): mean vectors compare by
+MetricBERT's per-field angular distance or RecoBERT's fusion, second-order factors by the Frobenius similarity."""
+
+
+def default_metric(pooling: str) -> str:
+    return METRICS_OF_POOLING[pooling][0]
+
+
+def pooling_metric_problem(pooling: str, metric: str) -> str | None:
+    """Why `metric` cannot rerank `pooling`'s vectors, or None when it can."""
+    allowed = METRICS_OF_POOLING.get(pooling)
+    if allowed is None:
+        return f"pooling {pooling!r} is unknown; use one of {', '.join(METRICS_OF_POOLING)}"
+    if metric not in allowed:
+        return f"metric {metric!r} does not go with pooling {pooling!r}: " + "; ".join(
+            f"pooling {p!r} is scored with {' or '.join(map(repr, m))}" for p, m in METRICS_OF_POOLING.items()
+        )
+    return None
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Agreement(_Strict):
+    """How closely a reduced-precision encoder agrees with the fp32 graph it was made from, measured at export on a
+    catalog: the service refuses a bundle whose overlap is below MS_MIN_NEIGHBOUR_OVERLAP."""
+
+    dataset: str = Field(description="the catalog measured on")
+    texts: int = Field(gt=0, description="titles and descriptions encoded by both")
+    mean_cosine: float = Field(description="mean cosine between a text's fp32 and reduced-precision vectors")
+    min_cosine: float
+    neighbour_overlap: float = Field(
+        ge=0, le=1, description="mean share of each text's 10 nearest texts (cosine) that both encoders agree on"
+    )
+    backend: str = Field(description="the runtime that produced the reduced-precision vectors")
+
+
+class EncoderSpec(_Strict):
+    """The ONNX graph: which file, what it takes and what it returns."""
+
+    file: str = "encoder.onnx"
+    inputs: list[str] = Field(min_length=1, description="ONNX input names fed from the tokenizer")
+    output: str = Field(description="ONNX output name read by the service")
+    output_kind: Literal["pooled", "tokens"] = Field(
+        description="pooled: one vector a text (pooling inside the graph); "
+        "tokens: masked token embeddings, pooled by the service (second-order pooling)"
+    )
+    dim: int = Field(gt=0, description="width of the output vectors")
+    precision: Literal["fp32", "fp16", "bf16", "int8"] = Field(
+        "fp32", description="what the encoder computes in; bf16 runs the fp32 graph in bf16 (OpenVINO)"
+    )
+    backend: Literal["onnxruntime", "openvino"] = Field(
+        "onnxruntime", description="the runtime the encoder was measured with and is fastest on"
+    )
+    agreement: Agreement | None = Field(None, description="measured agreement with fp32; none for an fp32 bundle")
+
+
+class FieldSpec(_Strict):
+    """An item field embedded on its own, and its weight in the per-field score."""
+
+    name: FieldName
+    weight: float = Field(ge=0.0)
+
+
+class Provenance(_Strict):
+    """Where the weights came from, so a served figure can be traced to its training run."""
+
+    base_model: str
+    objective: str = "off-the-shelf"
+    training_data_digest: str | None = None
+    exporter: str = ""
+    created_at: str = ""
+    evaluation: dict[str, float] = Field(default_factory=dict)
+    notes: str = ""
+
+
+class Manifest(_Strict):
+    """`bundle.json`, schema version 1 (docs/bundle.md)."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    encoder: EncoderSpec
+    tokenizer: str = "tokenizer.json"
+    max_seq_length: int = Field(gt=0, le=8192)
+    pooling: Pooling = "mean"
+    rank_k: int | None = Field(default=None, gt=0)
+    normalize: bool = True
+    metric: Metric = "angular"
+    recobert_lambdas: tuple[float, float, float, float] = Field(
+        (1.0, 1.0, 1.0, 1.0), description="metric 'recobert': weights of CosD, CosT, TDM(t_m, d_s), TDM(t_s, d_m)"
+    )
+    fields: list[FieldSpec] = Field(
+        default_factory=lambda: [FieldSpec(name="title", weight=1.0), FieldSpec(name="description", weight=1.0)]
+    )
+    provenance: Provenance
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Manifest:
+        names = [f.name for f in self.fields]
+        if len(set(names)) != len(names) or not names:
+            raise ValueError(f"fields must name title and/or description once each, got {names}")
+        if names[0] != "title" or self.fields[0].weight <= 0:
+            raise ValueError(
+                "the first field must be 'title' with weight > 0: every item has a title, and items "
+                "without a description compare on it"
+            )
+        if self.pooling == "svd" and self.rank_k is None:
+            raise ValueError("pooling 'svd' needs rank_k")
+        if self.pooling == "mean" and self.rank_k is not None:
+            raise ValueError("rank_k applies to pooling 'cov' (truncation) and 'svd', not to mean pooling")
+        problem = pooling_metric_problem(self.pooling, self.metric)
+        if problem:
+            raise ValueError(problem)
+        if self.metric == "recobert" and [(f.name, f.weight > 0) for f in self.fields] != [
+            ("title", True),
+            ("description", True),
+        ]:
+            raise ValueError("metric 'recobert' needs the fields title and description, both with weight > 0")
+        if (self.pooling == "mean") != (self.encoder.output_kind == "pooled"):
+            raise ValueError(
+                "pooling 'mean' goes with encoder output_kind 'pooled', second-order pooling ('cov', 'svd') with "
+                "'tokens'"
+            )
+        return self
+
+    def weight(self, field: FieldName) -> float:
+        """The field's weight, 0 when the bundle does not embed that field."""
+        return next((f.weight for f in self.fields if f.name == field), 0.0)
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A validated manifest and the folder it lives in."""
+
+    path: Path
+    manifest: Manifest
+
+    @property
+    def encoder_path(self) -> Path:
+        return self.path / self.manifest.encoder.file
+
+    @property
+    def tokenizer_path(self) -> Path:
+        return self.path / self.manifest.tokenizer
+
+    @cached_property
+    def identity(self) -> str:
+        """What a store's vectors depend on: the bundle name, the encoder's bytes and the field weights. A store
+        built under another identity holds vectors this bundle would not produce."""
+        digest = hashlib.sha256()
+        with self.encoder_path.open("rb") as f:
+            while block := f.read(1 << 20):
+                digest.update(block)
+        weights = ",".join(f"{f.name}={f.weight:g}" for f in self.manifest.fields)
+        return f"{self.manifest.name} (encoder sha256 {digest.hexdigest()[:12]}, weights {weights})"
+
+
+def load_bundle(path: Path) -> Bundle:
+    """Read and validate a bundle folder; raise `BundleError` naming the file and the fix."""
+    manifest_path = Path(path) / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise BundleError(f"no {MANIFEST_FILE} in {path}: build a bundle with `metricsearch export --out {path}`")
+    try:
+        raw = json.loads(manifest_path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{manifest_path} is not readable JSON ({exc}): re-export the bundle") from exc
+    if not isinstance(raw, dict):
+        raise BundleError(f"{manifest_path} must hold a JSON object")
+    version = raw.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise BundleError(
+            f"{manifest_path} has schema_version {version!r}; this service reads version {SCHEMA_VERSION}: "
+            "re-export the bundle with this version's `metricsearch export`"
+        )
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}" for e in exc.errors())
+        raise BundleError(f"{manifest_path} is invalid: {problems}") from exc
+    bundle = Bundle(path=Path(path), manifest=manifest)
+    for needed in (bundle.encoder_path, bundle.tokenizer_path):
+        if not needed.is_file():
+            raise BundleError(f"{manifest_path} names {needed.name}, which is missing from {path}")
+    return bundle
+
+
+def check_agreement(bundle: Bundle, floor: float) -> None:
+    """Refuse a reduced-precision bundle whose measured neighbour overlap with fp32 is below `floor`, or that records
+    none (its overlap is unknown, so it counts as 0: only a floor of 0 serves it); fp32 is exact and always passes."""
+    encoder = bundle.manifest.encoder
+    agreement = encoder.agreement
+    if agreement is None and encoder.precision != "fp32" and floor > 0:
+        raise BundleError(
+            f"{bundle.path}: its {encoder.precision} encoder records no measured agreement with fp32, so "
+            f"MS_MIN_NEIGHBOUR_OVERLAP={floor} cannot be checked: re-export it with `metricsearch export --precision "
+            f"{encoder.precision} --catalog CATALOG` to measure it on your catalog, or set MS_MIN_NEIGHBOUR_OVERLAP=0 "
+            "to serve it unmeasured"
+        )
+    if agreement is not None and agreement.neighbour_overlap < floor:
+        raise BundleError(
+            f"{bundle.path}: its {encoder.precision} encoder keeps {agreement.neighbour_overlap:.3f} "
+            f"of fp32's top-10 neighbours on {agreement.dataset}, below MS_MIN_NEIGHBOUR_OVERLAP={floor}: "
+            "export it with another --precision (fp32 is exact) or lower the floor"
+        )
+
+
+def write_manifest(manifest: Manifest, folder: Path) -> Path:
+    """Write `bundle.json` (used by export/); the one serialisation of the schema."""
+    target = Path(folder) / MANIFEST_FILE
+    target.write_text(manifest.model_dump_json(indent=2) + "\n")
+    return target

@@ -1,0 +1,201 @@
+"""Texts -> unit vectors with the bundle's tokenizer and ONNX encoder.
+
+Two runtimes read the same ONNX file: ONNX Runtime (CUDA first when asked and available, CPU otherwise; inputs and
+output bound to the device) and OpenVINO on the CPU, which runs bf16 and int8 bundles several times faster than
+ONNX Runtime runs fp32 on CPUs with AVX512-BF16/VNNI (BENCHMARKS.md, Encoder). A bundle names the runtime it was
+measured with (`encoder.backend`); MS_ENCODER_BACKEND overrides it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import queue
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from metricsearch.core import second_order
+from metricsearch.core.bundle import Bundle
+from metricsearch.core.errors import BundleError
+from metricsearch.core.scoring import normalize_rows
+
+log = logging.getLogger(__name__)
+
+
+def choose_providers(requested: str) -> list[str]:
+    """'auto' -> CUDA then CPU when onnxruntime-gpu sees a GPU, else CPU; otherwise the listed providers."""
+    available = ort.get_available_providers()
+    if requested.strip().lower() == "auto":
+        wanted = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        return [p for p in wanted if p in available]
+    providers = [p.strip() for p in requested.split(",") if p.strip()]
+    unknown = [p for p in providers if p not in available]
+    if unknown:
+        raise BundleError(f"MS_PROVIDERS names {unknown}, not available here; available: {available}")
+    return providers
+
+
+def choose_backend(bundle_backend: str, requested: str = "auto") -> str:
+    """'auto' -> the bundle's backend when installed, else onnxruntime (every bundle is plain ONNX, which ONNX Runtime
+    runs too, only slower); otherwise the one requested."""
+    if requested == "onnxruntime" or (requested == "auto" and bundle_backend == "onnxruntime"):
+        return "onnxruntime"
+    if importlib.util.find_spec("openvino") is not None:
+        return "openvino"
+    if requested == "openvino":
+        raise BundleError("MS_ENCODER_BACKEND is openvino, which is not installed: pip install openvino")
+    log.warning("the bundle is fastest on openvino, which is not installed: running it with onnxruntime (slower)")
+    return "onnxruntime"
+
+
+class _OnnxRuntime:
+    """One session shared by every thread (`run_with_iobinding` is thread-safe with a binding per call). Inputs and
+    the output are bound to the first provider's device, so on CUDA a call copies the inputs up and the output
+    back once; on CPU the binding wraps the numpy arrays without a copy."""
+
+    def __init__(self, path: Path, providers: str, intra_op_threads: int, output: str) -> None:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = intra_op_threads
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=options, providers=choose_providers(providers))
+        except Exception as exc:  # ONNX Runtime raises its own types for a corrupt or unsupported graph
+            raise BundleError(f"{path} cannot be loaded by ONNX Runtime: {exc}") from exc
+        self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+        self.inputs = [i.name for i in self.session.get_inputs()]
+        self.outputs = {o.name: o.shape for o in self.session.get_outputs()}
+        self.output = output
+        self.description = f"onnxruntime {','.join(self.session.get_providers())}"
+
+    def __call__(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        binding = self.session.io_binding()
+        for name, array in feed.items():
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, self.device, 0))
+        binding.bind_output(self.output, self.device)
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0]
+
+
+class _OpenVino:
+    """OpenVINO on the CPU: a bf16 bundle runs in bf16, an int8 (QDQ) bundle in int8 with the rest in f32, any other
+    in f32. The compiled model is shared; each concurrent call takes an infer request of its own from a pool."""
+
+    def __init__(self, path: Path, intra_op_threads: int, precision: str, output: str) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
+        if intra_op_threads:
+            config["INFERENCE_NUM_THREADS"] = intra_op_threads
+        try:
+            model = core.read_model(str(path))
+            self.compiled = core.compile_model(model, "CPU", config)
+        except Exception as exc:  # OpenVINO raises RuntimeError subclasses of its own for a graph it cannot run
+            raise BundleError(f"{path} cannot be loaded by OpenVINO: {exc}") from exc
+        self.inputs = [port.get_any_name() for port in model.inputs]
+        self.outputs = {
+            port.get_any_name(): [d.get_length() if d.is_static else None for d in port.get_partial_shape()]
+            for port in model.outputs
+        }
+        self._port = self.compiled.output(output) if output in self.outputs else None
+        self._idle: queue.SimpleQueue = queue.SimpleQueue()
+        self.description = f"openvino CPU {self.compiled.get_property('INFERENCE_PRECISION_HINT').to_string()}"
+
+    def __call__(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        try:
+            request = self._idle.get_nowait()
+        except queue.Empty:
+            request = self.compiled.create_infer_request()
+        try:
+            return request.infer(feed)[self._port]  # a copy: the request's buffers are reused by the next call
+        finally:
+            self._idle.put(request)
+
+
+class Encoder:
+    """Tokenizer + the bundle's graph on ONNX Runtime or OpenVINO (`choose_backend`), shared by every thread."""
+
+    def __init__(
+        self, bundle: Bundle, providers: str = "auto", intra_op_threads: int = 0, backend: str = "auto"
+    ) -> None:
+        manifest = bundle.manifest
+        self.dim = manifest.encoder.dim
+        self.max_length = manifest.max_seq_length
+        self._normalize = manifest.normalize
+        self._output = manifest.encoder.output
+        self._inputs = manifest.encoder.inputs
+        tokens = manifest.encoder.output_kind == "tokens"
+        self.rank = second_order.serving_rank(manifest.pooling, manifest.rank_k) if tokens else 0
+        self.width = self.dim * (1 + self.rank)
+        """Floats in a text's encoding: its vector, then for a second-order bundle its rank x dim factors."""
+
+        try:
+            self.tokenizer = Tokenizer.from_file(str(bundle.tokenizer_path))
+        except Exception as exc:  # tokenizers raises a bare Exception for an unreadable file
+            raise BundleError(f"{bundle.tokenizer_path} is not a tokenizer file ({exc}): re-export the bundle") from exc
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_length=self.max_length)
+        self._pad_id = self.tokenizer.token_to_id("[PAD]") or 0
+
+        spec = manifest.encoder
+        if choose_backend(spec.backend, backend) == "openvino":
+            self.runtime = _OpenVino(bundle.encoder_path, intra_op_threads, spec.precision, self._output)
+        else:
+            self.runtime = _OnnxRuntime(bundle.encoder_path, providers, intra_op_threads, self._output)
+        graph_inputs = set(self.runtime.inputs)
+        if set(self._inputs) != graph_inputs:
+            raise BundleError(f"bundle.json lists inputs {self._inputs} but the graph takes {sorted(graph_inputs)}")
+        outputs = self.runtime.outputs
+        width = outputs.get(self._output, [None])[-1]
+        if self._output not in outputs or (isinstance(width, int) and width != self.dim):
+            raise BundleError(f"bundle.json says output {self._output!r} of width {self.dim}; the graph has {outputs}")
+        log.info("encoder loaded", extra={"runtime": self.runtime.description, "dim": self.dim})
+
+    @property
+    def session(self) -> ort.InferenceSession:
+        """The ONNX Runtime session (onnxruntime backend only), for tools that feed the graph directly."""
+        return self.runtime.session
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """(n, width) float32: each text's vector (unit-norm when the bundle says so; for a `tokens` bundle the mean
+        of its token embeddings), then for a second-order bundle its factors, flattened (service.second_order);
+        batches of similar length."""
+        if not texts:
+            return np.zeros((0, self.width), dtype=np.float32)
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        order = np.argsort([len(e.ids) for e in encodings], kind="stable")
+        out = np.empty((len(texts), self.width), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            out[chunk] = self._run([encodings[i] for i in chunk])
+        if self._normalize:
+            out[:, : self.dim] = normalize_rows(out[:, : self.dim])
+        return out
+
+    def _run(self, encodings: list) -> np.ndarray:
+        output = self.runtime(self.batch_inputs(encodings))
+        if not self.rank:
+            return output
+        means, factors = second_order.represent(
+            [t[: len(e.ids)] for t, e in zip(output, encodings, strict=True)], self.rank
+        )
+        return np.concatenate([means, factors.reshape(len(encodings), -1)], axis=1)
+
+    def batch_inputs(self, encodings: list) -> dict[str, np.ndarray]:
+        """The graph's inputs for tokenized texts, padded to the longest (also an int8 export's calibration data)."""
+        width = max(len(e.ids) for e in encodings)
+        arrays = {
+            "input_ids": np.full((len(encodings), width), self._pad_id, dtype=np.int64),
+            "attention_mask": np.zeros((len(encodings), width), dtype=np.int64),
+            "token_type_ids": np.zeros((len(encodings), width), dtype=np.int64),
+        }
+        for row, enc in enumerate(encodings):
+            n = len(enc.ids)
+            arrays["input_ids"][row, :n] = enc.ids
+            arrays["attention_mask"][row, :n] = 1
+            arrays["token_type_ids"][row, :n] = enc.type_ids
+        return {name: arrays[name] for name in self._inputs}

@@ -1,0 +1,34 @@
+"""Offline evaluation: task datasets, the models compared (bundles scored with the core's own rerank, a running
+service over HTTP, baselines) and the reports; `metricsearch evaluate` and bench/quality.py use it."""
+
+from metricsearch.evaluation.datasets import EvalData, read_task, split_halves
+from metricsearch.evaluation.harness import ModelResult, evaluate
+from metricsearch.evaluation.report import compare_tables, describe, load_run, markdown_table, plot_runs, write_run
+from metricsearch.evaluation.scorers import (
+    BundleScorer,
+    HttpScorer,
+    LdaScorer,
+    Scorer,
+    TfidfScorer,
+    baseline_scorers,
+)
+
+__all__ = [
+    "BundleScorer",
+    "EvalData",
+    "HttpScorer",
+    "LdaScorer",
+    "ModelResult",
+    "Scorer",
+    "TfidfScorer",
+    "baseline_scorers",
+    "compare_tables",
+    "describe",
+    "evaluate",
+    "load_run",
+    "markdown_table",
+    "plot_runs",
+    "read_task",
+    "split_halves",
+    "write_run",
+]

@@ -1,0 +1,38 @@
+"""The online service: loads a model bundle, encodes with ONNX Runtime (or OpenVINO), stores in Qdrant, answers
+/similar. What the CLI and the benchmarks may use is named here; everything else is the service's own."""
+
+from metricsearch.service.api.app import create_app
+from metricsearch.service.catalog import ANN_VECTOR, FACTORS_VECTOR, Catalog, content_hash, vector_schema
+from metricsearch.service.config import Settings
+from metricsearch.service.logs import configure_logging
+from metricsearch.service.process import ServiceProcess, free_port
+from metricsearch.service.runtime import Runtime, build_runtime
+from metricsearch.service.snapshot import create as create_snapshot
+from metricsearch.service.snapshot import restore as restore_snapshot
+from metricsearch.service.store import EdgeStore, RemoteStore, Store, open_store
+from metricsearch.service.store.base import StoredItem, VectorSchema
+from metricsearch.service.store.mirror import VectorMirror
+
+__all__ = [
+    "ANN_VECTOR",
+    "FACTORS_VECTOR",
+    "Catalog",
+    "EdgeStore",
+    "RemoteStore",
+    "Runtime",
+    "ServiceProcess",
+    "Settings",
+    "Store",
+    "StoredItem",
+    "VectorMirror",
+    "VectorSchema",
+    "build_runtime",
+    "configure_logging",
+    "content_hash",
+    "create_app",
+    "create_snapshot",
+    "free_port",
+    "open_store",
+    "restore_snapshot",
+    "vector_schema",
+]

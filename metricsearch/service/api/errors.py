@@ -1,0 +1,93 @@
+"""The one place where domain errors become HTTP status codes, and every error body is `{"detail": "..."}`
+with a message a user can act on; never a stack trace."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import compile_path
+
+from metricsearch.core import errors
+
+log = logging.getLogger(__name__)
+
+STATUS = {
+    errors.InvalidInputError: 400,
+    errors.AuthMissingError: 401,
+    errors.AuthForbiddenError: 403,
+    errors.NotFoundError: 404,
+    errors.StoreMismatchError: 409,
+    errors.PayloadTooLargeError: 413,
+    errors.OverloadedError: 429,
+    errors.StoreUnavailableError: 503,
+    errors.TimedOutError: 503,
+    errors.BundleError: 503,
+}
+
+
+STORE_RETRY_AFTER_S = 2
+
+
+def status_of(exc: errors.MetricSearchError) -> int:
+    return next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
+
+
+def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+
+
+def _location(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc if part != "body") or "body"
+
+
+def describe_validation(exc: RequestValidationError) -> tuple[int, str]:
+    problems = exc.errors()
+    if any(p.get("type") == "json_invalid" for p in problems):
+        return 400, "request body is not valid JSON: send a JSON object with Content-Type: application/json"
+    if any(p.get("type") == "missing" and tuple(p.get("loc", ())) == ("body",) for p in problems):
+        return 400, "request body is empty: send a JSON object with Content-Type: application/json"
+    parts = []
+    for p in problems[:10]:
+        message = p.get("msg", "invalid").removeprefix("Value error, ")
+        if p.get("type") == "extra_forbidden":
+            message = "unknown field: remove it (see /docs for the fields this endpoint takes)"
+        parts.append(f"{_location(tuple(p.get('loc', ())))}: {message}")
+    more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+    return 422, "; ".join(parts) + more
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(errors.MetricSearchError)
+    async def _domain(request: Request, exc: errors.MetricSearchError) -> JSONResponse:
+        status = status_of(exc)
+        overloaded = isinstance(exc, errors.OverloadedError | errors.TimedOutError)
+        headers = {"Retry-After": str(exc.retry_after_s)} if overloaded else None
+        if isinstance(exc, errors.StoreUnavailableError):
+            # Qdrant is down or restarting: a retry soon may find it back (the service reconnects by itself).
+            headers = {"Retry-After": str(STORE_RETRY_AFTER_S)}
+        if status == 401:
+            headers = {"WWW-Authenticate": "Bearer"}
+        return problem(status, str(exc), headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem(*describe_validation(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            # The router lists only the first route matching the path; Allow must list every route's methods.
+            paths = app.openapi()["paths"]
+            allowed = next((ops for path, ops in paths.items() if compile_path(path)[0].match(request.url.path)), {})
+            headers = {"Allow": ", ".join(sorted(m.upper() for m in allowed))}
+        return problem(exc.status_code, str(exc.detail), headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error", extra={"path": request.url.path})
+        return problem(500, "internal error: the service log has the details")

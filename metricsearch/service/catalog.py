@@ -1,0 +1,236 @@
+"""Use cases: index items (embed each field once, store once) and find similar items (ANN candidates from the
+store, then an exact per-field rerank in numpy with the bundle's metric).
+
+A second-order bundle (pooling cov or svd) stores two vectors per item: the packed first-order (mean) vector that
+the ANN search uses, and the per-field factors (F x rank x dim, flattened) that the Frobenius rerank reads back."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from metricsearch.core import scoring, second_order
+from metricsearch.core.bundle import Bundle, Manifest
+from metricsearch.core.errors import InvalidInputError, NotFoundError
+from metricsearch.core.records import Item, Match
+from metricsearch.encoder import Encoder
+from metricsearch.service.store.base import Condition, Store, StoredItem, VectorSchema
+
+ANN_VECTOR = "ann"
+FACTORS_VECTOR = "factors"
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    indexed: int
+    unchanged: int
+
+
+@dataclass(frozen=True)
+class QueryVectors:
+    """A query's unit vector per bundle field, (F, dim), which fields it has, and for a second-order bundle its
+    factors per field, (F, rank, dim)."""
+
+    fields: np.ndarray
+    present: np.ndarray
+    factors: np.ndarray | None = None
+
+
+def content_hash(title: str, description: str) -> str:
+    """What decides re-encoding: the texts the encoder sees, nothing else."""
+    return hashlib.sha256(f"{title}\x1f{description}".encode()).hexdigest()[:32]
+
+
+def vector_schema(bundle: Bundle) -> VectorSchema:
+    manifest = bundle.manifest
+    fields = [f for f in manifest.fields if f.weight > 0]
+    sizes = {ANN_VECTOR: manifest.encoder.dim * len(fields)}
+    if manifest.pooling != "mean":
+        rank = second_order.serving_rank(manifest.pooling, manifest.rank_k)
+        sizes[FACTORS_VECTOR] = len(fields) * rank * manifest.encoder.dim
+    return VectorSchema(sizes=sizes, ann=ANN_VECTOR, identity=bundle.identity)
+
+
+class Catalog:
+    def __init__(
+        self,
+        manifest: Manifest,
+        encoder: Encoder,
+        store: Store,
+        *,
+        candidates_min: int,
+        candidates_factor: int,
+        on_write: Callable[[], None] = lambda: None,
+    ) -> None:
+        """`on_write` runs after every write (or failed write attempt) reached the store: it retires cached answers."""
+        self.manifest = manifest
+        self.encoder = encoder
+        self.store = store
+        self.fields = [f.name for f in manifest.fields if f.weight > 0]
+        self.weights = [f.weight for f in manifest.fields if f.weight > 0]
+        self._candidates_min = candidates_min
+        self._candidates_factor = candidates_factor
+        self._on_write = on_write
+
+    # ---------------------------------------------------------------- writes
+    def index(self, items: Sequence[Item], batch_size: int = 64) -> IndexResult:
+        """Upsert by id (the last of duplicate ids wins); re-encode only items whose text changed."""
+        latest = {item.id: item for item in items}
+        existing = self.store.get(list(latest))
+        to_encode: list[Item] = []
+        metadata_only: list[Item] = []
+        unchanged = 0
+        for item in latest.values():
+            old = existing.get(item.id)
+            digest = content_hash(item.title, item.description)
+            if old is None or old.content_hash != digest:
+                to_encode.append(item)
+            elif old.metadata != (item.metadata or {}):
+                metadata_only.append(item)
+            else:
+                unchanged += 1
+
+        records: list[StoredItem] = []
+        if metadata_only:
+            kept = self.store.get([i.id for i in metadata_only], with_vectors=True)
+            for item in metadata_only:
+                # A concurrent write may have changed or deleted the item since the read above: encode it afresh
+                # rather than pair its texts with another text's vectors, or drop an item we acknowledge.
+                old = kept.get(item.id)
+                if old is not None and old.content_hash == content_hash(item.title, item.description):
+                    records.append(self._record(item, old.vectors))
+                else:
+                    to_encode.append(item)
+        records += self._encode_items(to_encode, batch_size)
+        if records:
+            try:
+                self.store.upsert(records)
+            finally:  # a failed upsert may still have written some points
+                self._on_write()
+        return IndexResult(indexed=len(records), unchanged=unchanged)
+
+    def _encode_items(self, items: Sequence[Item], batch_size: int) -> list[StoredItem]:
+        if not items:
+            return []
+        texts, slots = [], []  # slots[j] = (item row, field column) of texts[j]
+        for row, item in enumerate(items):
+            for col, name in enumerate(self.fields):
+                text = item.title if name == "title" else item.description
+                if text.strip():
+                    texts.append(text)
+                    slots.append((row, col))
+        encoded = self.encoder.encode(texts, batch_size=batch_size)
+        dim = self.encoder.dim
+        per_field = np.zeros((len(items), len(self.fields), encoded.shape[1]), dtype=np.float32)
+        rows, cols = zip(*slots, strict=True)
+        per_field[list(rows), list(cols)] = encoded
+        packed = scoring.pack(per_field[:, :, :dim], self.weights)
+        if not self.encoder.rank:
+            return [self._record(item, {ANN_VECTOR: packed[row]}) for row, item in enumerate(items)]
+        factors = per_field[:, :, dim:].reshape(len(items), -1)  # missing fields: zero factors
+        return [
+            self._record(item, {ANN_VECTOR: packed[row], FACTORS_VECTOR: factors[row]})
+            for row, item in enumerate(items)
+        ]
+
+    def _record(self, item: Item, vectors: dict[str, np.ndarray]) -> StoredItem:
+        return StoredItem(
+            id=item.id,
+            title=item.title,
+            description=item.description,
+            metadata=dict(item.metadata or {}),
+            content_hash=content_hash(item.title, item.description),
+            vectors=dict(vectors),
+        )
+
+    def delete(self, item_id: str) -> None:
+        try:
+            deleted = self.store.delete([item_id])
+        finally:
+            self._on_write()
+        if deleted == 0:
+            raise NotFoundError(f"no item with id {item_id!r}")
+
+    # ---------------------------------------------------------------- reads
+    def get(self, item_id: str) -> StoredItem:
+        found = self.store.get([item_id]).get(item_id)
+        if found is None:
+            raise NotFoundError(f"no item with id {item_id!r}")
+        return found
+
+    def query_texts(self, text: str | None, title: str | None, description: str | None) -> list[str]:
+        """The texts to encode for a free-text query: one text, or a title and an optional description."""
+        if text is not None:
+            return [text]
+        texts = [title or ""]
+        if "description" in self.fields and description and description.strip():
+            texts.append(description)
+        return texts
+
+    def query_vectors_from_texts(self, encoded: np.ndarray, *, free_text: bool) -> QueryVectors:
+        """Lay encoded query texts out per field: a free text stands for every field; otherwise title, description."""
+        n_fields = len(self.fields)
+        fields = np.zeros((n_fields, encoded.shape[1]), dtype=np.float32)
+        present = np.zeros(n_fields, dtype=bool)
+        if free_text:
+            fields[:], present[:] = encoded[0], True
+        else:
+            fields[: len(encoded)], present[: len(encoded)] = encoded, True
+        dim = self.encoder.dim
+        factors = self._factors(fields[:, dim:].reshape(-1)) if self.encoder.rank else None
+        return QueryVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
+
+    def _factors(self, flat: np.ndarray) -> np.ndarray:
+        """Flattened per-field factors, (..., F * rank * dim) -> (..., F, rank, dim)."""
+        return flat.reshape(*flat.shape[:-1], len(self.fields), self.encoder.rank, self.encoder.dim)
+
+    def similar_to_item(
+        self, item_id: str, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
+    ) -> list[Match]:
+        """Item-to-item from stored vectors; the item itself is never among the results."""
+        found = self.store.get([item_id], with_vectors=True).get(item_id)
+        if found is None:
+            raise NotFoundError(f"no item with id {item_id!r}: index it first, or query by text")
+        packed = found.vectors[ANN_VECTOR][None, :]
+        fields, present = scoring.unpack(packed, len(self.fields))
+        factors = self._factors(found.vectors[FACTORS_VECTOR]) if self.encoder.rank else None
+        return self.similar(QueryVectors(fields[0], present[0], factors), k, conditions, [*exclude_ids, item_id])
+
+    def similar(
+        self, query: QueryVectors, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
+    ) -> list[Match]:
+        if k < 1:
+            raise InvalidInputError("k must be at least 1")
+        ann = scoring.pack(query.fields[None, :, :] * query.present[None, :, None], self.weights)[0]
+        limit = max(self._candidates_min, self._candidates_factor * k)
+        found = self.store.search(ann, limit, conditions, exclude_ids)
+        if not found.listings:
+            return []
+        candidates, candidates_present = scoring.unpack(found.vectors[ANN_VECTOR], len(self.fields))
+        if self.manifest.metric == "frobenius":
+            field_values = second_order.per_field_similarity(
+                query.factors, query.present, self._factors(found.vectors[FACTORS_VECTOR]), candidates_present
+            )
+            scores = second_order.weighted_score(field_values, self.weights)
+        else:
+            field_values = -scoring.per_field_distances(query.fields, query.present, candidates, candidates_present)
+            if self.manifest.metric == "recobert":
+                scores = scoring.recobert_score(
+                    query.fields, query.present, candidates, candidates_present, self.manifest.recobert_lambdas
+                )
+            else:
+                scores = scoring.per_field_score(-field_values, self.weights)
+        both = candidates_present & query.present[None, :]
+        # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
+        # the text it replaced (a second read of the payloads would allow that).
+        matches = []
+        for i in scoring.top_k(scores, k):
+            listing = found.listings[i]
+            field_scores = {
+                name: (float(field_values[i, col]) if both[i, col] else None) for col, name in enumerate(self.fields)
+            }
+            matches.append(Match(listing.id, float(scores[i]), listing.title, listing.metadata, field_scores))
+        return matches

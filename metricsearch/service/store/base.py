@@ -1,0 +1,117 @@
+"""The store interface: the service's only view of Qdrant, implemented by the embedded shard (edge.py) and by
+a Qdrant server or cluster (remote.py). Congruence tests run the same operations on both."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from metricsearch.core.records import MetadataValue
+
+
+@dataclass(frozen=True)
+class Equals:
+    """metadata[key] == value (for a list value: any element equals it)."""
+
+    key: str
+    value: str | int | float | bool
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """metadata[key] is one of values (for a list value: any element is)."""
+
+    key: str
+    values: tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Range:
+    """gte <= metadata[key] <= lte, either bound optional."""
+
+    key: str
+    gte: float | None = None
+    lte: float | None = None
+
+
+Condition = Equals | AnyOf | Range
+
+
+@dataclass(frozen=True)
+class VectorSchema:
+    """Named dense vectors of every point (cosine distance) and which one the ANN search uses.
+
+    `identity` names the bundle that built the store; a store opened with another schema is refused
+    with a message naming both."""
+
+    sizes: Mapping[str, int]
+    ann: str
+    identity: str
+
+
+@dataclass(frozen=True)
+class StoredItem:
+    id: str
+    title: str
+    description: str
+    metadata: dict[str, MetadataValue]
+    content_hash: str
+    vectors: dict[str, np.ndarray] = field(default_factory=dict)
+    """1-D float32 arrays by vector name; empty when read without vectors. Cosine stores return them unit-norm."""
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What a search result shows of an item besides its scores."""
+
+    id: str
+    title: str
+    metadata: dict[str, MetadataValue]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """ANN hits best first: listings, scores and `vectors[name]`, an (n_hits, size) float32 matrix aligned with
+    `listings`. Each hit's listing and vectors are read together, so a reranked result shows the version of the
+    item its score was computed from, never a newer title with an older text's score."""
+
+    listings: list[Listing]
+    scores: np.ndarray
+    vectors: dict[str, np.ndarray]
+
+    @property
+    def ids(self) -> list[str]:
+        return [listing.id for listing in self.listings]
+
+
+class Store(Protocol):
+    def upsert(self, items: Sequence[StoredItem]) -> None:
+        """Insert or replace by id; every item carries all schema vectors. Queryable when this returns."""
+
+    def get(self, ids: Sequence[str], *, with_vectors: bool = False) -> dict[str, StoredItem]:
+        """Items by id; unknown ids are left out."""
+
+    def delete(self, ids: Sequence[str]) -> int:
+        """Remove by id; returns how many existed."""
+
+    def search(
+        self,
+        vector: np.ndarray,
+        limit: int,
+        conditions: Sequence[Condition] = (),
+        exclude_ids: Sequence[str] = (),
+    ) -> SearchResult:
+        """Nearest neighbours of `vector` on the schema's ANN vector, with all their vectors."""
+
+    def count(self) -> int: ...
+
+    def healthy(self) -> bool:
+        """True when the store answers (readiness)."""
+
+    def flush(self) -> None:
+        """Make every acknowledged write durable on disk."""
+
+    def close(self) -> None: ...

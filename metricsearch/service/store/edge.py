@@ -1,0 +1,546 @@
+"""The embedded store: one qdrant-edge shard on local disk, owned by this process (its WAL is the lock).
+
+qdrant-edge builds HNSW only on an explicit `optimize()`, which holds the GIL for seconds: run in a thread it would
+freeze every request (QDRANT_EDGE.md). So a background build copies the flushed shard to the next generation
+folder, a child process (edge_optimize.py) optimises the copy, and the copy replaces the live shard after replaying
+the writes made meanwhile. Queries use the live shard throughout; a failed build leaves it in place.
+
+Layout: `<path>/store.json` names the bundle that built the store and the live generation `<path>/shard-<n>/`.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from qdrant_edge import (
+    CountRequest,
+    Distance,
+    EdgeConfig,
+    EdgeOptimizersConfig,
+    EdgeShard,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    HasIdCondition,
+    HnswIndexConfig,
+    MatchAny,
+    MatchValue,
+    PayloadSchemaType,
+    Point,
+    Query,
+    QueryRequest,
+    RangeFloat,
+    ScrollRequest,
+    UpdateOperation,
+)
+
+from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
+from metricsearch.service.store.base import AnyOf, Condition, Equals, Listing, SearchResult, StoredItem, VectorSchema
+from metricsearch.service.store.mirror import VectorMirror
+from metricsearch.service.store.payload import (
+    any_of_groups,
+    check_schema,
+    from_payload,
+    listing,
+    metadata_path,
+    point_id,
+    to_payload,
+    vector_lists,
+)
+
+logger = logging.getLogger(__name__)
+
+SIDECAR = "store.json"
+DEFAULT_INDEXING_THRESHOLD_KB = 10_000
+"""The engine's default: below it (per vector name) optimize() builds no HNSW, so a build is not worth starting."""
+
+_FORMAT = 1
+_NO_GRAPH = HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
+"""For vectors only read back for reranking: no HNSW graph, a third less build time (20k x 2 x 384: 15 s, not 23)."""
+_SHARD_DIR = re.compile(r"^shard-(\d+)$")
+_COPY_CHUNK = 1 << 20
+
+
+def optimizer_command(shard_dir: Path) -> list[str]:
+    """The child process that optimises a shard copy (a function so tests can make it fail)."""
+    return [sys.executable, str(Path(__file__).with_name("edge_optimize.py")), str(shard_dir), str(os.getpid())]
+
+
+class EdgeStore:
+    """The Store on an embedded qdrant-edge shard.
+
+    `optimize_after_writes`: points written since the last build that start a background HNSW build (0 = never);
+    `indexing_threshold_kb`: the engine's indexing threshold, lowered in tests to get HNSW from a few points;
+    `sync_writes`: fsync before a write returns. Without it a returned write is in the WAL (an mmap), which
+    survives a crash of this process but not of the machine (QDRANT_EDGE.md)."""
+
+    def __init__(
+        self,
+        path: Path,
+        schema: VectorSchema,
+        *,
+        optimize_after_writes: int = 5000,
+        indexing_threshold_kb: int | None = None,
+        sync_writes: bool = False,
+    ) -> None:
+        self._path = Path(path)
+        self._sync_writes = sync_writes
+        self._schema = schema
+        self._optimize_after_writes = optimize_after_writes
+        self._threshold_kb = indexing_threshold_kb or DEFAULT_INDEXING_THRESHOLD_KB
+        optimizers = EdgeOptimizersConfig(indexing_threshold=indexing_threshold_kb) if indexing_threshold_kb else None
+        self._config = EdgeConfig(
+            vectors={
+                name: EdgeVectorParams(size, Distance.Cosine, hnsw_config=None if name == schema.ann else _NO_GRAPH)
+                for name, size in schema.sizes.items()
+            },
+            optimizers=optimizers,
+        )
+        # _lock guards every call on the shard and is held only for that call, so the swap waits for no query.
+        # _write_lock serialises writes with each other and with a build's copy and swap (order: _write_lock first).
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        # Group commit: writes are numbered as applied; one flush covers every write applied before it began.
+        self._sync_lock = threading.Lock()
+        self._applied = 0
+        self._synced = 0
+        self._journal: list[UpdateOperation] | None = None
+        """Writes made since a build copied the shard, replayed into the copy before it goes live."""
+        self._writes_since_build = 0
+        self._builder: threading.Thread | None = None
+        self._child: subprocess.Popen[str] | None = None
+        self._closed = False
+        try:
+            self._generation = self._open_sidecar()
+            self._shard = self._open_shard(self._shard_dir(self._generation))
+        except OSError as e:
+            raise StoreUnavailableError(
+                f"cannot use {self._path} for the embedded store ({e.strerror or e}): set MS_DATA_DIR to a folder "
+                "this user can write"
+            ) from e
+        self._remove_stale_generations()
+        self._mirror = self._load_mirror()
+
+    # --- Store
+
+    def upsert(self, items: Sequence[StoredItem]) -> None:
+        if not items:
+            return
+        ids = [point_id(it.id) for it in items]
+        points = [
+            Point(pid, vector_lists(it, self._schema.sizes), to_payload(it)) for pid, it in zip(ids, items, strict=True)
+        ]
+        vectors = {name: np.asarray([it.vectors[name] for it in items], np.float32) for name in self._schema.sizes}
+        listings = [Listing(it.id, it.title, it.metadata) for it in items]
+        with self._write_lock:
+            written = self._apply(
+                UpdateOperation.upsert_points(points), len(points), lambda: self._mirror.put(ids, listings, vectors)
+            )
+        self._sync(written)
+
+    def get(self, ids: Sequence[str], *, with_vectors: bool = False) -> dict[str, StoredItem]:
+        point_ids = list(dict.fromkeys(point_id(i) for i in ids))
+        if not point_ids:
+            return {}
+        with self._lock:
+            records = self._shard.retrieve(point_ids, True, with_vectors)
+        items = (from_payload(r.payload, r.vector if with_vectors else None) for r in records)
+        return {item.id: item for item in items}
+
+    def delete(self, ids: Sequence[str]) -> int:
+        point_ids = list(dict.fromkeys(point_id(i) for i in ids))
+        if not point_ids:
+            return 0
+        with self._write_lock:
+            with self._lock:
+                found = [str(r.id) for r in self._shard.retrieve(point_ids, False, False)]
+            if not found:
+                return 0
+            written = self._apply(UpdateOperation.delete_points(found), len(found), lambda: self._mirror.remove(found))
+        self._sync(written)
+        return len(found)
+
+    def search(
+        self,
+        vector: np.ndarray,
+        limit: int,
+        conditions: Sequence[Condition] = (),
+        exclude_ids: Sequence[str] = (),
+    ) -> SearchResult:
+        request = QueryRequest(
+            limit=limit,
+            query=Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann),
+            filter=_filter(conditions, exclude_ids),
+            with_payload=False,
+            with_vector=False,
+        )
+        with self._lock:
+            hits = self._shard.query(request)
+            listings, vectors = self._mirror.take([str(hit.id) for hit in hits])
+        return SearchResult(
+            listings=listings,
+            scores=np.fromiter((hit.score for hit in hits), dtype=np.float32, count=len(hits)),
+            vectors=vectors,
+        )
+
+    def count(self) -> int:
+        with self._lock:
+            return self._shard.count(CountRequest())
+
+    def healthy(self) -> bool:
+        if self._closed:
+            return False
+        try:
+            with self._lock:
+                self._shard.info()
+        except Exception:
+            logger.warning("embedded store at %s does not answer", self._path, exc_info=True)
+            return False
+        return True
+
+    def flush(self) -> None:
+        with self._lock:
+            self._shard.flush()
+
+    @contextmanager
+    def frozen(self) -> Iterator[list[Path]]:
+        """Flush, then hold writes back (reads go on) while the caller copies the yielded files: the sidecar and
+        the live shard folder, together a consistent copy of the store (snapshots)."""
+        with self._write_lock:
+            with self._lock:
+                self._shard.flush()
+            yield [self._path / SIDECAR, self._shard_dir(self._generation)]
+
+    def close(self) -> None:
+        """Stop a running build (its copy is discarded), then flush and release the shard and its WAL lock."""
+        with self._write_lock:
+            if self._closed:
+                return
+            self._closed = True
+            child = self._child
+        if child is not None and child.poll() is None:
+            child.kill()
+        if self._builder is not None:
+            self._builder.join()
+        with self._write_lock, self._lock:
+            self._shard.flush()
+            self._shard.close()
+
+    # --- HNSW maintenance
+
+    @property
+    def has_hnsw(self) -> bool:
+        """Whether the live shard holds an HNSW index (searches on a plain segment are brute force)."""
+        with self._lock:
+            return self._shard.info().indexed_vectors_count > 0
+
+    def optimize_now(self) -> None:
+        """Start a background HNSW build now (no-op while one runs), e.g. after a bulk load."""
+        with self._write_lock:
+            self._start_build()
+
+    def wait_for_maintenance(self, timeout: float | None = None) -> bool:
+        """Wait for a running build to finish; True when none runs any more."""
+        builder = self._builder
+        if builder is not None:
+            builder.join(timeout)
+        return not self._building
+
+    @property
+    def _building(self) -> bool:
+        return self._builder is not None and self._builder.is_alive()
+
+    def _apply(self, operation: UpdateOperation, n_points: int, mirror_update: Callable[[], None]) -> int:
+        """One write, to the shard and the vector mirror under one lock hold (a search sees both or neither);
+        the caller holds the write lock. Returns the write's number, for _sync."""
+        with self._lock:
+            self._shard.update(operation)
+            mirror_update()
+        self._applied += 1
+        written = self._applied
+        if self._journal is not None:
+            self._journal.append(operation)
+        self._writes_since_build += n_points
+        if self._build_due():
+            self._start_build()
+        return written
+
+    def _sync(self, written: int) -> None:
+        """With sync_writes, return once write number `written` is fsynced. Writers that wait here while a flush
+        runs share the next one, so concurrent writes cost about one flush each round, not one each."""
+        if not self._sync_writes:
+            return
+        with self._sync_lock:
+            if self._synced >= written:
+                return
+            covered = self._applied  # every write numbered up to here has returned from update()
+            self.flush()
+            self._synced = covered
+
+    def _build_due(self) -> bool:
+        if not self._optimize_after_writes or self._writes_since_build < self._optimize_after_writes:
+            return False
+        if self._building:
+            return False
+        with self._lock:
+            info = self._shard.info()
+        # Points outside indexed segments, as float32 bytes of the ANN vector: the engine indexes a segment only
+        # above its threshold, so a build below it would copy the shard for nothing. (Deleted points still count
+        # as indexed, so this errs towards later builds.)
+        unindexed = info.points_count - info.indexed_vectors_count // len(self._schema.sizes)
+        return unindexed * self._schema.sizes[self._schema.ann] * 4 >= self._threshold_kb * 1024
+
+    def _start_build(self) -> None:
+        if self._closed or self._building:
+            return
+        self._builder = threading.Thread(target=self._build, name="edge-hnsw-build", daemon=True)
+        self._builder.start()
+
+    def _build(self) -> None:
+        generation = self._generation + 1
+        target = self._shard_dir(generation)
+        try:
+            copy_ms = self._copy_live_shard(target)
+            if copy_ms is None:
+                return
+            report = self._optimize_copy(target)
+            if not report["optimized"]:
+                logger.info("HNSW build of %s: nothing to optimise (%s)", self._path, report)
+                return
+            swap = self._swap_in(target, generation)
+            if swap is not None:
+                logger.info(
+                    "HNSW build of %s: copy %.0f ms, child %s, swap %s (ms; writes wait during copy and swap)",
+                    self._path,
+                    copy_ms,
+                    report,
+                    swap,
+                )
+        except Exception:
+            if not self._closed:
+                logger.exception("HNSW build of %s failed; the store keeps serving its current shard", self._path)
+        finally:
+            if self._generation != generation:
+                with self._write_lock:
+                    self._journal = None
+                # A leftover copy is garbage, and open() removes stale generations anyway.
+                shutil.rmtree(target, ignore_errors=True)
+
+    def _copy_live_shard(self, target: Path) -> float | None:
+        """Flush and copy with writes held back, so the copy plus the journal is exactly the live shard; returns
+        how long that took (ms), None when the store closed meanwhile."""
+        with self._write_lock:
+            if self._closed:
+                return None
+            started = time.perf_counter()
+            with self._lock:
+                self._shard.flush()
+            shutil.rmtree(target, ignore_errors=True)
+            _copy_tree(self._shard_dir(self._generation), target)
+            self._journal = []
+            self._writes_since_build = 0
+            return _ms_since(started)
+
+    def _optimize_copy(self, target: Path) -> dict[str, object]:
+        command = optimizer_command(target)
+        with self._write_lock:
+            if self._closed:
+                raise RuntimeError("store closed")
+            self._child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = self._child.communicate()
+        if self._child.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} exited with {self._child.returncode}: {err.strip()[-2000:]}")
+        return json.loads(out.strip().splitlines()[-1])
+
+    def _swap_in(self, target: Path, generation: int) -> dict[str, float] | None:
+        """Load the optimised copy, replay the journal, make it live, close the old shard; returns each step's
+        milliseconds (load and close hold the GIL, so queries wait for them too), None when the store closed."""
+        with self._write_lock:
+            if self._closed:
+                return None
+            started = time.perf_counter()
+            shard = EdgeShard.load(str(target), self._config)
+            loaded = time.perf_counter()
+            journal = self._journal or []
+            try:
+                for operation in journal:
+                    shard.update(operation)
+                self._write_sidecar(generation)
+            except BaseException:
+                shard.close()
+                raise
+            with self._lock:
+                old, self._shard = self._shard, shard
+            old_dir = self._shard_dir(self._generation)
+            self._generation = generation
+            self._journal = None
+            replayed = time.perf_counter()
+        old.close()
+        timings = {
+            "load": _ms_since(started, loaded),
+            "replay": _ms_since(loaded, replayed),
+            "writes_replayed": len(journal),
+            "close_old": _ms_since(replayed),
+        }
+        shutil.rmtree(old_dir)
+        return timings
+
+    # --- layout
+
+    def _shard_dir(self, generation: int) -> Path:
+        return self._path / f"shard-{generation}"
+
+    def _open_sidecar(self) -> int:
+        sidecar = self._path / SIDECAR
+        if sidecar.exists():
+            try:
+                state = json.loads(sidecar.read_text())
+                identity, sizes, generation = state["identity"], state["sizes"], int(state["generation"])
+            except (ValueError, KeyError, TypeError) as e:
+                raise StoreMismatchError(
+                    f"{sidecar} is damaged ({e!r}): restore a snapshot (`metricsearch snapshot restore`), "
+                    f"or move {self._path} away and re-index the catalog"
+                ) from e
+            check_schema(
+                identity,
+                sizes,
+                self._schema,
+                where=f"The store at {self._path}",
+                fix=f"Point MS_DATA_DIR or MS_COLLECTION elsewhere to build a new store for this bundle, "
+                f"or delete {self._path} and re-index the catalog with it.",
+            )
+            return generation
+        if self._path.exists() and any(self._path.iterdir()):
+            raise StoreMismatchError(
+                f"{self._path} holds files but no {SIDECAR}, so it is not a metricsearch store: "
+                "point MS_DATA_DIR or MS_COLLECTION elsewhere."
+            )
+        self._path.mkdir(parents=True, exist_ok=True)
+        self._write_sidecar(1)
+        return 1
+
+    def _write_sidecar(self, generation: int) -> None:
+        """Atomic (write, then rename), since it also says which generation is live."""
+        state = {
+            "format": _FORMAT,
+            "identity": self._schema.identity,
+            "sizes": dict(self._schema.sizes),
+            "generation": generation,
+        }
+        tmp = self._path / f"{SIDECAR}.tmp"
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        os.replace(tmp, self._path / SIDECAR)
+
+    def _open_shard(self, shard_dir: Path) -> EdgeShard:
+        try:
+            if shard_dir.exists():
+                return EdgeShard.load(str(shard_dir), self._config)
+            shard = EdgeShard.create(str(shard_dir), self._config)
+        except Exception as e:
+            if "WouldBlock" in str(e):
+                raise StoreUnavailableError(
+                    f"the embedded store at {self._path} is already open (one process owns it, its WAL is the lock); "
+                    "several workers need a Qdrant server (MS_QDRANT_URL)"
+                ) from e
+            if isinstance(e, OSError):
+                raise
+            raise StoreUnavailableError(
+                f"the embedded store at {shard_dir} cannot be opened ({e}): restore a snapshot "
+                f"(`metricsearch snapshot restore`), or move {self._path} away and re-index the catalog"
+            ) from e
+        shard.update(UpdateOperation.create_field_index("id", PayloadSchemaType.Keyword))
+        return shard
+
+    def _load_mirror(self) -> VectorMirror[Listing]:
+        """Read every point's vectors and listing once at open (about 3 s a 100k points of 768 floats)."""
+        mirror: VectorMirror[Listing] = VectorMirror(self._schema.sizes)
+        offset = None
+        while True:
+            records, offset = self._shard.scroll(
+                ScrollRequest(offset=offset, limit=2048, with_payload=["id", "title", "metadata"], with_vector=True)
+            )
+            if records:
+                vectors = {
+                    name: np.array([r.vector[name] for r in records], dtype=np.float32) for name in self._schema.sizes
+                }
+                mirror.put([str(r.id) for r in records], [listing(r.payload) for r in records], vectors)
+            if offset is None:
+                return mirror
+
+    def _remove_stale_generations(self) -> None:
+        """Copies left by a build that a crash interrupted; called once the live shard's WAL lock is ours."""
+        for child in self._path.iterdir():
+            match = _SHARD_DIR.match(child.name)
+            if match and int(match.group(1)) != self._generation:
+                logger.info("removing %s, left by an interrupted HNSW build", child)
+                shutil.rmtree(child)
+
+
+def _filter(conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> Filter | None:
+    must = [_condition(c) for c in conditions]
+    must_not = [HasIdCondition({point_id(i) for i in exclude_ids})] if exclude_ids else []
+    if not must and not must_not:
+        return None
+    return Filter(must=must or None, must_not=must_not or None)
+
+
+def _condition(condition: Condition) -> FieldCondition | Filter:
+    path = metadata_path(condition.key)
+    if isinstance(condition, Equals):
+        if isinstance(condition.value, bool):
+            # qdrant-edge 0.9 reads a Python bool as the integer 1 or 0, which never matches a stored bool;
+            # numpy's bool converts as a bool.
+            return FieldCondition(path, match=MatchValue(np.bool_(condition.value)))
+        if isinstance(condition.value, float):
+            return FieldCondition(path, range=RangeFloat(gte=condition.value, lte=condition.value))
+        return FieldCondition(path, match=MatchValue(condition.value))
+    if isinstance(condition, AnyOf):
+        matches = [FieldCondition(path, match=MatchAny(group)) for group in any_of_groups(condition.values)]
+        return matches[0] if len(matches) == 1 else Filter(should=matches)
+    return FieldCondition(path, range=RangeFloat(gte=condition.gte, lte=condition.lte))
+
+
+def _ms_since(start: float, end: float | None = None) -> float:
+    return round(((time.perf_counter() if end is None else end) - start) * 1000, 1)
+
+
+def _copy_tree(source: Path, target: Path) -> None:
+    shutil.copytree(source, target, copy_function=_copy_sparse)
+
+
+def _copy_sparse(source: str, target: str) -> None:
+    """Copy only a file's data extents: the engine preallocates sparse 32 MiB files (WAL, vector chunks, payload
+    pages) that a plain copy would write out in full (164 MB for a 2 MB shard)."""
+    with open(source, "rb") as fin, open(target, "wb") as fout:
+        src, dst = fin.fileno(), fout.fileno()
+        size = os.fstat(src).st_size
+        position = 0
+        while position < size:
+            try:
+                data = os.lseek(src, position, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:  # only a hole is left
+                    break
+                raise
+            hole = os.lseek(src, data, os.SEEK_HOLE)
+            while data < hole:
+                chunk = os.pread(src, min(_COPY_CHUNK, hole - data), data)
+                if not chunk:
+                    break
+                os.pwrite(dst, chunk, data)
+                data += len(chunk)
+            position = hole
+        os.ftruncate(dst, size)

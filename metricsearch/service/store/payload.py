@@ -1,0 +1,116 @@
+"""What both store implementations share, so they store and answer alike: point ids, the payload layout, the
+metadata paths filters use, the result matrices and the schema check that refuses another bundle's store."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from metricsearch.core.errors import InvalidInputError, StoreMismatchError
+from metricsearch.service.store.base import Listing, SearchResult, StoredItem, VectorSchema
+
+ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://metricsearch/item")
+"""Point ids derive from it: changing it orphans every stored point."""
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class Hit(Protocol):
+    """A scored point as both qdrant-edge and qdrant-client return it."""
+
+    @property
+    def score(self) -> float: ...
+
+    @property
+    def payload(self) -> Any: ...
+
+    @property
+    def vector(self) -> Any: ...
+
+
+def point_id(item_id: str) -> str:
+    """Qdrant (and qdrant-edge) accept only integer or UUID point ids; the external id stays in the payload."""
+    return str(uuid.uuid5(ID_NAMESPACE, item_id))
+
+
+def to_payload(item: StoredItem) -> dict[str, Any]:
+    return {
+        "id": item.id,
+        "title": item.title,
+        "description": item.description,
+        "metadata": item.metadata,
+        "content_hash": item.content_hash,
+    }
+
+
+def from_payload(payload: Mapping[str, Any], vectors: Mapping[str, Sequence[float]] | None = None) -> StoredItem:
+    return StoredItem(
+        id=payload["id"],
+        title=payload["title"],
+        description=payload["description"],
+        metadata=dict(payload.get("metadata") or {}),
+        content_hash=payload["content_hash"],
+        vectors={name: np.asarray(v, dtype=np.float32) for name, v in (vectors or {}).items()},
+    )
+
+
+def listing(payload: Mapping[str, Any]) -> Listing:
+    return Listing(payload["id"], payload["title"], dict(payload.get("metadata") or {}))
+
+
+def vector_lists(item: StoredItem, sizes: Mapping[str, int]) -> dict[str, list[float]]:
+    """The item's vectors as the engines take them; a missing or misshapen one is a caller bug, named here rather
+    than as the engine's bare error."""
+    out = {}
+    for name, size in sizes.items():
+        vector = item.vectors.get(name)
+        if vector is None or np.shape(vector) != (size,):
+            shape = None if vector is None else np.shape(vector)
+            raise ValueError(f"item {item.id!r}: vector {name!r} must have shape ({size},), got {shape}")
+        out[name] = np.asarray(vector, dtype=np.float32).tolist()
+    return out
+
+
+def metadata_path(key: str) -> str:
+    """The payload path of a metadata key; keys with path syntax ('.', '[', quotes) would address something else."""
+    if not _PLAIN_KEY.match(key):
+        raise InvalidInputError(f"metadata key {key!r} cannot be filtered on: use letters, digits, '_' and '-' only")
+    return f"metadata.{key}"
+
+
+def any_of_groups(values: Sequence[str | int]) -> list[list[str] | list[int]]:
+    """MatchAny takes strings or integers, not both: one group per type (a single empty group matches nothing)."""
+    strings = [v for v in values if isinstance(v, str)]
+    integers = [v for v in values if not isinstance(v, str)]
+    return [g for g in (strings, integers) if g] or [[]]
+
+
+def search_result(hits: Sequence[Hit], sizes: Mapping[str, int]) -> SearchResult:
+    """Listings, scores and one matrix per vector name from hits read with their payload's id, title and metadata;
+    each hit's `.vector` is read once since the engines rebuild it on every access."""
+    rows = [hit.vector for hit in hits]
+    return SearchResult(
+        listings=[listing(hit.payload) for hit in hits],
+        scores=np.fromiter((hit.score for hit in hits), dtype=np.float32, count=len(hits)),
+        vectors={
+            name: np.array([row[name] for row in rows], dtype=np.float32).reshape(len(rows), size)
+            for name, size in sizes.items()
+        },
+    )
+
+
+def check_schema(
+    built_identity: str, built_sizes: Mapping[str, int], schema: VectorSchema, *, where: str, fix: str
+) -> None:
+    """Refuse a store built by another bundle: vectors of another model (or of other sizes) are meaningless to
+    this one, even when their sizes happen to agree."""
+    if built_identity == schema.identity and dict(built_sizes) == dict(schema.sizes):
+        return
+    raise StoreMismatchError(
+        f"{where} was built by bundle {built_identity!r} with vectors {dict(built_sizes)}, but the loaded bundle "
+        f"{schema.identity!r} has vectors {dict(schema.sizes)}. {fix}"
+    )

@@ -1,0 +1,326 @@
+"""The Store on a Qdrant server or cluster (or qdrant-client's local mode, which speaks the same API: tests).
+
+The collection records the bundle that built it in its metadata; a server too old for collection metadata loses
+that record, and then only the vector names and sizes are checked. A service may start while Qdrant is down: the
+collection is opened (or created) by the first call that finds the server answering, so readiness recovers without
+a restart when Qdrant comes back."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import numpy as np
+from qdrant_client import QdrantClient
+from qdrant_client import models as qm
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
+from metricsearch.service.store.base import AnyOf, Condition, Equals, SearchResult, StoredItem, VectorSchema
+from metricsearch.service.store.payload import (
+    any_of_groups,
+    check_schema,
+    from_payload,
+    metadata_path,
+    point_id,
+    search_result,
+    to_payload,
+    vector_lists,
+)
+
+logger = logging.getLogger(__name__)
+
+METADATA_KEY = "metricsearch"
+"""Key of the collection metadata that records the bundle which built the collection."""
+
+
+class RemoteStore:
+    """The Store on one collection; creates it (named cosine vectors, `shards` x `replication` on a cluster) when
+    missing. Owns `client` from the start: closed by close() or when opening fails. `url` only names the server in
+    error messages. With `wait_for_server`, a server that does not answer yet is not an error: every call retries
+    opening the collection (and raises StoreUnavailableError until it can)."""
+
+    def __init__(
+        self,
+        client: QdrantClient,
+        collection: str,
+        schema: VectorSchema,
+        *,
+        url: str | None = None,
+        shards: int | None = None,
+        replication: int | None = None,
+        wait_for_server: bool = False,
+    ) -> None:
+        self._client = client
+        self._collection = collection
+        self._schema = schema
+        self._url = url or "the Qdrant server"
+        self._layout = collection_layout(shards, replication)
+        self._open_lock = threading.Lock()
+        self._opened = False
+        try:
+            self._ensure_open()
+        except StoreUnavailableError as e:
+            if not wait_for_server:
+                client.close()
+                raise
+            logger.warning("%s; not ready until it answers (readiness probes and requests retry)", e)
+        except BaseException:
+            client.close()
+            raise
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        collection: str,
+        schema: VectorSchema,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 5.0,
+        shards: int | None = None,
+        replication: int | None = None,
+        wait_for_server: bool = False,
+    ) -> RemoteStore:
+        client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout_s), check_compatibility=False)
+        return cls(
+            client,
+            collection,
+            schema,
+            url=url,
+            shards=shards,
+            replication=replication,
+            wait_for_server=wait_for_server,
+        )
+
+    # --- Store
+
+    def upsert(self, items: Sequence[StoredItem]) -> None:
+        if not items:
+            return
+        points = [
+            qm.PointStruct(id=point_id(it.id), vector=vector_lists(it, self._schema.sizes), payload=to_payload(it))
+            for it in items
+        ]
+        with self._serving():
+            self._client.upsert(self._collection, points=points, wait=True)
+
+    def get(self, ids: Sequence[str], *, with_vectors: bool = False) -> dict[str, StoredItem]:
+        point_ids = list(dict.fromkeys(point_id(i) for i in ids))
+        if not point_ids:
+            return {}
+        with self._serving():
+            records = self._client.retrieve(
+                self._collection, ids=point_ids, with_payload=True, with_vectors=with_vectors
+            )
+        items = (from_payload(r.payload or {}, r.vector if with_vectors else None) for r in records)  # type: ignore[arg-type]
+        return {item.id: item for item in items}
+
+    def delete(self, ids: Sequence[str]) -> int:
+        point_ids = list(dict.fromkeys(point_id(i) for i in ids))
+        if not point_ids:
+            return 0
+        with self._serving():
+            found = self._client.retrieve(self._collection, ids=point_ids, with_payload=False, with_vectors=False)
+            if found:
+                self._client.delete(
+                    self._collection, points_selector=qm.PointIdsList(points=[r.id for r in found]), wait=True
+                )
+        return len(found)
+
+    def search(
+        self,
+        vector: np.ndarray,
+        limit: int,
+        conditions: Sequence[Condition] = (),
+        exclude_ids: Sequence[str] = (),
+    ) -> SearchResult:
+        with self._serving():
+            response = self._client.query_points(
+                self._collection,
+                query=np.asarray(vector, dtype=np.float32).tolist(),
+                using=self._schema.ann,
+                query_filter=_filter(conditions, exclude_ids),
+                limit=limit,
+                # One call returns each point's vectors and payload as read together (the rerank scores these
+                # vectors, not the server's score), so a result shows the version of the item it was scored on.
+                with_payload=["id", "title", "metadata"],
+                with_vectors=True,
+            )
+        return search_result(response.points, self._schema.sizes)
+
+    def count(self) -> int:
+        with self._serving():
+            return self._client.count(self._collection, exact=True).count
+
+    def healthy(self) -> bool:
+        try:
+            with self._serving():
+                exists = self._client.collection_exists(self._collection)
+        except (StoreUnavailableError, StoreMismatchError) as e:
+            logger.warning("not ready: %s", e)
+            return False
+        if not exists:
+            logger.warning(
+                "collection %r vanished from Qdrant at %s (its data was deleted or lost): the next call recreates it "
+                "empty; re-index the catalog",
+                self._collection,
+                self._url,
+            )
+            self._opened = False
+        return exists
+
+    def flush(self) -> None:
+        """Nothing to do: writes wait for the server's acknowledgement, and its WAL makes them durable."""
+
+    def close(self) -> None:
+        self._client.close()
+
+    # --- collection
+
+    @contextmanager
+    def _serving(self) -> Iterator[None]:
+        """The collection open, and server outages raised as StoreUnavailableError."""
+        self._ensure_open()
+        with self._answering():
+            yield
+
+    def _ensure_open(self) -> None:
+        if self._opened:
+            return
+        with self._open_lock, self._answering():
+            if not self._opened:
+                self._open_collection()
+                self._opened = True
+
+    def _open_collection(self) -> None:
+        if not self._client.collection_exists(self._collection):
+            try:
+                self._create_collection()
+                return
+            except UnexpectedResponse as e:
+                if e.status_code != 409:
+                    raise
+                # Another replica, started at the same time, created it first: check it like any existing one.
+        params = self._client.get_collection(self._collection).config
+        vectors = params.params.vectors
+        named = vectors if isinstance(vectors, Mapping) else {"": vectors} if vectors is not None else {}
+        where = f"Collection {self._collection!r} on {self._url}"
+        not_cosine = {name: p.distance for name, p in named.items() if p.distance != qm.Distance.COSINE}
+        if not_cosine:
+            raise StoreMismatchError(
+                f"{where} uses distances {not_cosine}; metricsearch needs Cosine. Set MS_COLLECTION to another name."
+            )
+        self._warn_on_other_layout(params.params)
+        check_collection(
+            (params.metadata or {}).get(METADATA_KEY),
+            {name: p.size for name, p in named.items()},
+            self._schema,
+            where=where,
+            fix="Set MS_COLLECTION to a new collection name to index with this bundle, "
+            "or delete the collection and re-index the catalog with it.",
+        )
+
+    def _warn_on_other_layout(self, params: qm.CollectionParams) -> None:
+        """The service never reshards an existing collection; say so when the settings ask for another layout."""
+        built = {"shard_number": params.shard_number, "replication_factor": params.replication_factor}
+        differ = {k: (built[k], v) for k, v in self._layout.items() if built[k] is not None and built[k] != v}
+        if differ:
+            logger.warning(
+                "collection %r on %s keeps its layout %s (built, asked); MS_QDRANT_SHARDS and MS_QDRANT_REPLICATION "
+                "apply only when the service creates the collection (Qdrant's API changes replication of a live one)",
+                self._collection,
+                self._url,
+                differ,
+            )
+
+    def _create_collection(self) -> None:
+        self._client.create_collection(
+            self._collection,
+            vectors_config={
+                # Vectors only read back for the rerank (second-order factors) need no HNSW graph.
+                name: qm.VectorParams(
+                    size=size,
+                    distance=qm.Distance.COSINE,
+                    hnsw_config=None if name == self._schema.ann else qm.HnswConfigDiff(m=0),
+                )
+                for name, size in self._schema.sizes.items()
+            },
+            metadata={METADATA_KEY: {"identity": self._schema.identity, "sizes": dict(self._schema.sizes)}},
+            **self._layout,
+        )
+        with warnings.catch_warnings():
+            # qdrant-client's local mode (tests) warns that it ignores payload indexes.
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect")
+            self._client.create_payload_index(self._collection, "id", qm.PayloadSchemaType.KEYWORD, wait=True)
+
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        """Server-side outages and refused keys become StoreUnavailableError (503); request errors stay bugs."""
+        try:
+            yield
+        except UnexpectedResponse as e:
+            if e.status_code == 404 and self._opened:
+                # The collection vanished with the server's data: recreate it on the next call.
+                self._opened = False
+                raise StoreUnavailableError(
+                    f"collection {self._collection!r} vanished from Qdrant at {self._url} (its data was deleted or "
+                    "lost); it is recreated empty on the next request: re-index the catalog"
+                ) from e
+            if e.status_code in (401, 403):
+                raise StoreUnavailableError(
+                    f"Qdrant at {self._url} refused the API key (HTTP {e.status_code}): set MS_QDRANT_API_KEY"
+                ) from e
+            if e.status_code is not None and e.status_code >= 500:
+                raise StoreUnavailableError(f"Qdrant at {self._url} failed (HTTP {e.status_code}); retry later") from e
+            raise
+        except (ResponseHandlingException, httpx.TransportError, ConnectionError) as e:
+            raise StoreUnavailableError(
+                f"Qdrant at {self._url} does not answer ({e}): check MS_QDRANT_URL and that the server is up"
+            ) from e
+
+
+def check_collection(
+    record: Mapping[str, Any] | None, built_sizes: Mapping[str, int], schema: VectorSchema, *, where: str, fix: str
+) -> None:
+    """Refuse a collection (or a snapshot of one) that records another bundle, from its `METADATA_KEY` metadata
+    record and vector sizes. One that records none (created elsewhere, or by a server without collection metadata)
+    is accepted when its sizes fit."""
+    if record is None and dict(built_sizes) == dict(schema.sizes):
+        logger.warning("%s records no bundle; its vector sizes fit, so it is used as is", where)
+        return
+    check_schema((record or {}).get("identity", "(none recorded)"), built_sizes, schema, where=where, fix=fix)
+
+
+def collection_layout(shards: int | None, replication: int | None) -> dict[str, Any]:
+    """create_collection's cluster arguments that are set: Qdrant's defaults stand for the others."""
+    layout = {"shard_number": shards, "replication_factor": replication}
+    return {k: v for k, v in layout.items() if v is not None}
+
+
+def _filter(conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> qm.Filter | None:
+    must = [_condition(c) for c in conditions]
+    must_not: list[qm.Condition] = [qm.HasIdCondition(has_id=[point_id(i) for i in exclude_ids])] if exclude_ids else []
+    if not must and not must_not:
+        return None
+    return qm.Filter(must=must or None, must_not=must_not or None)
+
+
+def _condition(condition: Condition) -> qm.FieldCondition | qm.Filter:
+    path = metadata_path(condition.key)
+    if isinstance(condition, Equals):
+        if isinstance(condition.value, float):
+            return qm.FieldCondition(key=path, range=qm.Range(gte=condition.value, lte=condition.value))
+        return qm.FieldCondition(key=path, match=qm.MatchValue(value=condition.value))
+    if isinstance(condition, AnyOf):
+        matches = [
+            qm.FieldCondition(key=path, match=qm.MatchAny(any=group)) for group in any_of_groups(condition.values)
+        ]
+        return matches[0] if len(matches) == 1 else qm.Filter(should=matches)
+    return qm.FieldCondition(key=path, range=qm.Range(gte=condition.gte, lte=condition.lte))

@@ -1,0 +1,131 @@
+"""Who may import whom (ARCHITECTURE.md): the core stands on nothing else of metricsearch; the encoder on the core;
+service, trainer, export and evaluation on those two, and on one another only through a package's public face (the
+names in its `__init__`'s `__all__`); the offline parts never import the service, nor the service torch or the
+offline parts. Read from the source with `ast`, so a lazy import inside a function counts too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "metricsearch"
+PARTS = ("core", "encoder", "service", "trainer", "export", "evaluation")
+# The parts each part may import (any module of core and encoder; the others through their public face only).
+ALLOWED: dict[str, set[str]] = {
+    "core": set(),
+    "encoder": {"core"},
+    "service": {"core", "encoder"},
+    "export": {"core", "encoder"},
+    "trainer": {"core", "export"},
+    "evaluation": {"core", "encoder"},
+    "cli": {"core", "encoder", "service", "trainer", "export", "evaluation"},
+    "bench": {"core", "encoder", "service", "export", "evaluation"},
+    "loadtests": set(),
+}
+OPEN_PARTS = {"core", "encoder"}
+OFFLINE_ONLY = ("torch", "transformers", "sentence_transformers")
+
+
+def part_of(path: Path) -> str:
+    relative = path.relative_to(ROOT).parts
+    if relative[0] != "metricsearch":
+        return relative[0]
+    return Path(relative[1]).stem if len(relative) > 1 else "metricsearch"
+
+
+def imports(source: str) -> list[tuple[int, str, list[str]]]:
+    """(line, module, imported names) of every import statement in the source."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.lineno, node.module, [alias.name for alias in node.names]))
+    return found
+
+
+def public_names(part: str) -> set[str]:
+    """The `__all__` of metricsearch/<part>/__init__.py."""
+    tree = ast.parse((PACKAGE / part / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def sources() -> list[Path]:
+    files = [*PACKAGE.rglob("*.py"), *(ROOT / "bench").rglob("*.py"), *(ROOT / "loadtests").rglob("*.py")]
+    return sorted(f for f in files if "__pycache__" not in f.parts)
+
+
+def violations(path: Path) -> list[str]:
+    part = part_of(path)
+    if part == "metricsearch":  # the package's own __init__
+        return []
+    return check(path.read_text(), part, str(path.relative_to(ROOT)))
+
+
+def check(source: str, part: str, name: str) -> list[str]:
+    """What in `source`, a module of `part`, breaks the rules above."""
+    problems = []
+    for line, module, names in imports(source):
+        where = f"{name}:{line}"
+        pieces = module.split(".")
+        if pieces[0] in ("service", "trainer", "export", "evaluation"):
+            problems.append(f"{where}: imports {module!r}; everything imports as metricsearch.<part>")
+            continue
+        if part in ("core", "encoder", "service") and pieces[0] in OFFLINE_ONLY:
+            problems.append(f"{where}: {part} imports {module}, which only the offline side installs")
+        if pieces[0] != "metricsearch" or len(pieces) < 2:
+            continue
+        target = pieces[1]
+        if target == part or target not in PARTS:
+            continue
+        if target not in ALLOWED.get(part, set()):
+            problems.append(f"{where}: {part} may not import {target} ({module})")
+        elif target not in OPEN_PARTS and (len(pieces) > 2 or not set(names) <= public_names(target)):
+            problems.append(f"{where}: {part} imports {module} {names}: use metricsearch.{target}'s public names")
+    return problems
+
+
+def test_every_part_imports_only_what_the_architecture_allows():
+    problems = [problem for path in sources() for problem in violations(path)]
+    assert problems == []
+
+
+def test_public_faces_name_what_they_export():
+    for part in ("service", "trainer", "export", "evaluation"):
+        names = public_names(part)
+        assert names, f"metricsearch/{part}/__init__.py has no __all__"
+        tree = ast.parse((PACKAGE / part / "__init__.py").read_text())
+        bound = {
+            alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names
+        }
+        assert names == bound, f"metricsearch.{part}: __all__ and its imports differ"
+
+
+@pytest.mark.parametrize(
+    ("source", "part", "expected"),
+    [
+        ("from metricsearch.service.catalog import Catalog\n", "bench", "use metricsearch.service's public names"),
+        ("from metricsearch.service import Catalog, _private\n", "bench", "use metricsearch.service's public names"),
+        ("from metricsearch.service import Catalog\n", "evaluation", "evaluation may not import service"),
+        ("from metricsearch.trainer import train\n", "core", "core may not import trainer"),
+        ("import service.bundle\n", "bench", "everything imports as metricsearch"),
+        ("import torch\n", "service", "only the offline side installs"),
+    ],
+)
+def test_the_check_catches_what_it_forbids(source, part, expected):
+    """The rule, not just today's tree: each forbidden shape is caught."""
+    problems = check(source, part, "probe.py")
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_check_lets_through_what_it_allows():
+    assert (
+        check("from metricsearch.service import Catalog\nfrom metricsearch.core.scoring import pack\n", "bench", "x")
+        == []
+    )
