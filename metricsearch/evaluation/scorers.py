@@ -13,10 +13,11 @@ from typing import Literal, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from metricsearch.core import scoring, second_order
-from metricsearch.core.bundle import load_bundle
+from metricsearch.core import scoring
+from metricsearch.core.bundle import FieldSpec, load_bundle
 from metricsearch.core.errors import InvalidInputError
 from metricsearch.core.records import Item
+from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
 from metricsearch.evaluation.datasets import EvalData
 
@@ -53,11 +54,12 @@ class BundleScorer:
         self.manifest = loaded.manifest
         self.inference = inference
         self.encoder = Encoder(loaded, intra_op_threads=intra_op_threads)
-        if inference == "served":
-            self.weights = [f.weight for f in self.manifest.fields if f.weight > 0]
-            self.metric = self.manifest.metric
-        else:
-            self.weights, self.metric = [1.0, 1.0], "angular"
+        served = self.manifest
+        if inference != "served":  # per-field angular (1, 1), whatever the bundle serves
+            fields = [FieldSpec(name="title", weight=1.0), FieldSpec(name="description", weight=1.0)]
+            served = served.model_copy(update={"metric": "angular", "fields": fields})
+        self.rerank = Reranker(served)
+        self.weights, self.metric = self.rerank.weights, self.rerank.metric
         self.label = {
             "served": f"{self.manifest.name}, served: {self._served_name()}",
             "metric-two": f"{self.manifest.name}, per-field angular (1, 1)",
@@ -91,6 +93,7 @@ class BundleScorer:
             scoring.pack(encoded_candidates[..., :dim], self.weights), len(self.weights)
         )
         stored_factors = self._factors(encoded_candidates)
+        candidates = FieldVectors(stored, stored_present, stored_factors)
         # A query that is not a candidate is encoded, not packed, as /similar {"title", "description"} does.
         encoded = dict(zip(outside, self._field_encodings([data.queries[i] for i in outside]), strict=True))
         rows = []
@@ -101,16 +104,7 @@ class BundleScorer:
                 vectors = encoded[i][:, :dim]
                 fields, present = scoring.normalize_rows(vectors), np.linalg.norm(vectors, axis=-1) > 0
                 factors = self._factors(encoded[i][None])[0]
-            if self.metric == "frobenius":
-                similarities = second_order.per_field_similarity(factors, present, stored_factors, stored_present)
-                rows.append(second_order.weighted_score(similarities, self.weights))
-            elif self.metric == "recobert":
-                rows.append(
-                    scoring.recobert_score(fields, present, stored, stored_present, self.manifest.recobert_lambdas)
-                )
-            else:
-                distances = scoring.per_field_distances(fields, present, stored, stored_present)
-                rows.append(scoring.per_field_score(distances, self.weights))
+            rows.append(self.rerank(FieldVectors(fields, present, factors), candidates).scores)
         return np.stack(rows)
 
     def _field_encodings(self, items: Sequence[Item]) -> np.ndarray:

@@ -3,10 +3,10 @@ event loop share them.
 
 - `EmbeddingCache`: a query text's vector, keyed by (bundle identity, text hash). Encoding is a pure function of
   the bundle and the text, so an entry never goes stale; the hash keeps a 20k-character query from being a key.
-- `AnswerCache`: a finished item-to-item answer, keyed by (write generation, request). Every write bumps the
-  generation *after* it landed, and a reader takes the generation *before* it reads the store, so an answer is
-  only ever found under a generation that no write has followed: one bump retires every older answer at once (they
-  age out of the LRU) with no scan and no window in which a stale answer could be served.
+- `AnswerCache`: a finished item-to-item answer (its matches), keyed by (write generation, request digest). Every
+  write bumps the generation *after* it landed, and a reader takes the generation *before* it reads the store, so
+  an answer is only ever found under a generation that no write has followed: one bump retires every older answer
+  at once (they age out of the LRU) with no scan and no window in which a stale answer could be served.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Generic, TypeVar
 
 import numpy as np
 from cachetools import LRUCache
+
+from metricsearch.core.records import Match
 
 V = TypeVar("V")
 
@@ -76,8 +78,8 @@ class EmbeddingCache(_Lru[np.ndarray]):
         self._put(self._key(text), vector)
 
 
-class AnswerCache(_Lru[bytes]):
-    """Serialised item-to-item answers; size 0 disables it (and `generation` still counts writes)."""
+class AnswerCache(_Lru[list[Match]]):
+    """Item-to-item answers; size 0 disables it (and `generation` still counts writes)."""
 
     def __init__(self, maxsize: int, on_hit: Callable[[], None] = _noop, on_miss: Callable[[], None] = _noop) -> None:
         super().__init__(maxsize, on_hit, on_miss)
@@ -93,8 +95,8 @@ class AnswerCache(_Lru[bytes]):
         """Call after every write has landed in the store (next() on a count is atomic under the GIL)."""
         self._generation = next(self._counter)
 
-    def get(self, generation: int, key: Hashable) -> bytes | None:
+    def get(self, generation: int, key: Hashable) -> list[Match] | None:
         return self._get((generation, key))
 
-    def put(self, generation: int, key: Hashable, answer: bytes) -> None:
+    def put(self, generation: int, key: Hashable, answer: list[Match]) -> None:
         self._put((generation, key), answer)

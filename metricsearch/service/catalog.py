@@ -16,6 +16,7 @@ from metricsearch.core import scoring, second_order
 from metricsearch.core.bundle import Bundle, Manifest
 from metricsearch.core.errors import InvalidInputError, NotFoundError
 from metricsearch.core.records import Item, Match
+from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
 from metricsearch.service.store.base import Condition, Store, StoredItem, VectorSchema
 
@@ -27,16 +28,6 @@ FACTORS_VECTOR = "factors"
 class IndexResult:
     indexed: int
     unchanged: int
-
-
-@dataclass(frozen=True)
-class QueryVectors:
-    """A query's unit vector per bundle field, (F, dim), which fields it has, and for a second-order bundle its
-    factors per field, (F, rank, dim)."""
-
-    fields: np.ndarray
-    present: np.ndarray
-    factors: np.ndarray | None = None
 
 
 def content_hash(title: str, description: str) -> str:
@@ -69,8 +60,9 @@ class Catalog:
         self.manifest = manifest
         self.encoder = encoder
         self.store = store
-        self.fields = [f.name for f in manifest.fields if f.weight > 0]
-        self.weights = [f.weight for f in manifest.fields if f.weight > 0]
+        self.rerank = Reranker(manifest)
+        self.fields = self.rerank.fields
+        self.weights = self.rerank.weights
         self._candidates_min = candidates_min
         self._candidates_factor = candidates_factor
         self._on_write = on_write
@@ -170,7 +162,7 @@ class Catalog:
             texts.append(description)
         return texts
 
-    def query_vectors_from_texts(self, encoded: np.ndarray, *, free_text: bool) -> QueryVectors:
+    def query_vectors_from_texts(self, encoded: np.ndarray, *, free_text: bool) -> FieldVectors:
         """Lay encoded query texts out per field: a free text stands for every field; otherwise title, description."""
         n_fields = len(self.fields)
         fields = np.zeros((n_fields, encoded.shape[1]), dtype=np.float32)
@@ -181,7 +173,12 @@ class Catalog:
             fields[: len(encoded)], present[: len(encoded)] = encoded, True
         dim = self.encoder.dim
         factors = self._factors(fields[:, dim:].reshape(-1)) if self.encoder.rank else None
-        return QueryVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
+        return FieldVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
+
+    def _stored(self, vectors: dict[str, np.ndarray]) -> FieldVectors:
+        """n stored items' vectors as `_encode_items` wrote them, (n, width) each, laid out per field."""
+        fields, present = scoring.unpack(vectors[ANN_VECTOR], len(self.fields))
+        return FieldVectors(fields, present, self._factors(vectors[FACTORS_VECTOR]) if self.encoder.rank else None)
 
     def _factors(self, flat: np.ndarray) -> np.ndarray:
         """Flattened per-field factors, (..., F * rank * dim) -> (..., F, rank, dim)."""
@@ -194,13 +191,12 @@ class Catalog:
         found = self.store.get([item_id], with_vectors=True).get(item_id)
         if found is None:
             raise NotFoundError(f"no item with id {item_id!r}: index it first, or query by text")
-        packed = found.vectors[ANN_VECTOR][None, :]
-        fields, present = scoring.unpack(packed, len(self.fields))
-        factors = self._factors(found.vectors[FACTORS_VECTOR]) if self.encoder.rank else None
-        return self.similar(QueryVectors(fields[0], present[0], factors), k, conditions, [*exclude_ids, item_id])
+        stored = self._stored({name: vector[None] for name, vector in found.vectors.items()})
+        query = FieldVectors(stored.fields[0], stored.present[0], None if stored.factors is None else stored.factors[0])
+        return self.similar(query, k, conditions, [*exclude_ids, item_id])
 
     def similar(
-        self, query: QueryVectors, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
+        self, query: FieldVectors, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
     ) -> list[Match]:
         if k < 1:
             raise InvalidInputError("k must be at least 1")
@@ -209,28 +205,15 @@ class Catalog:
         found = self.store.search(ann, limit, conditions, exclude_ids)
         if not found.listings:
             return []
-        candidates, candidates_present = scoring.unpack(found.vectors[ANN_VECTOR], len(self.fields))
-        if self.manifest.metric == "frobenius":
-            field_values = second_order.per_field_similarity(
-                query.factors, query.present, self._factors(found.vectors[FACTORS_VECTOR]), candidates_present
-            )
-            scores = second_order.weighted_score(field_values, self.weights)
-        else:
-            field_values = -scoring.per_field_distances(query.fields, query.present, candidates, candidates_present)
-            if self.manifest.metric == "recobert":
-                scores = scoring.recobert_score(
-                    query.fields, query.present, candidates, candidates_present, self.manifest.recobert_lambdas
-                )
-            else:
-                scores = scoring.per_field_score(-field_values, self.weights)
-        both = candidates_present & query.present[None, :]
+        ranked = self.rerank(query, self._stored(found.vectors))
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
         # the text it replaced (a second read of the payloads would allow that).
         matches = []
-        for i in scoring.top_k(scores, k):
+        for i in scoring.top_k(ranked.scores, k):
             listing = found.listings[i]
             field_scores = {
-                name: (float(field_values[i, col]) if both[i, col] else None) for col, name in enumerate(self.fields)
+                name: (float(ranked.field_values[i, col]) if ranked.both[i, col] else None)
+                for col, name in enumerate(self.fields)
             }
-            matches.append(Match(listing.id, float(scores[i]), listing.title, listing.metadata, field_scores))
+            matches.append(Match(listing.id, float(ranked.scores[i]), listing.title, listing.metadata, field_scores))
         return matches

@@ -18,6 +18,7 @@ from metricsearch.service.cache import AnswerCache, EmbeddingCache
 from metricsearch.service.catalog import Catalog, vector_schema
 from metricsearch.service.config import Settings
 from metricsearch.service.metrics import Metrics
+from metricsearch.service.search import Search
 from metricsearch.service.store import open_store
 from metricsearch.service.store.base import Store
 
@@ -34,6 +35,7 @@ class Runtime:
     batcher: QueryBatcher
     metrics: Metrics
     answers: AnswerCache
+    search: Search
 
     @cached_property
     def model_json(self) -> bytes:
@@ -76,7 +78,8 @@ def build_runtime(settings: Settings) -> Runtime:
         cache=EmbeddingCache(settings.embedding_cache_size, bundle.identity, *metrics.cache_counters("embedding")),
     )
     log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": _item_count(store)})
-    return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers)
+    search = Search(catalog, batcher, answers, settings.request_timeout_s)
+    return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers, search)
 
 
 def _item_count(store: Store) -> float:

@@ -1,0 +1,38 @@
+"""Operations: liveness, readiness, the served model and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from metricsearch.core.errors import StoreUnavailableError
+from metricsearch.service.api.deps import RuntimeDep
+from metricsearch.service.api.routes.common import ERRORS
+
+router = APIRouter(responses=ERRORS, tags=["ops"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(runtime: RuntimeDep) -> dict[str, str | int]:
+    """Readiness: the bundle is loaded and the store answers (each probe retries a store that was down)."""
+    if not runtime.store.healthy():
+        where = f"Qdrant at {runtime.settings.qdrant_url}" if runtime.settings.qdrant_url else "the embedded store"
+        raise StoreUnavailableError(f"{where} does not answer yet; the service log says why, and each probe retries")
+    return {"status": "ready", "model": runtime.bundle.manifest.name, "items": runtime.store.count()}
+
+
+@router.get("/model")
+def model(runtime: RuntimeDep) -> dict:
+    """The served bundle's manifest."""
+    return runtime.bundle.manifest.model_dump(mode="json")
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(runtime: RuntimeDep) -> Response:
+    return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,46 @@
+"""Search: POST /similar, by a stored item's id or by text (service/search.py runs the use case)."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+from fastapi import APIRouter, Response
+from pydantic import TypeAdapter
+
+from metricsearch.core.records import Match
+from metricsearch.service.api.deps import RuntimeDep
+from metricsearch.service.api.routes.common import ERRORS, NOT_FOUND, ReadKey, check_text_limits
+from metricsearch.service.api.schemas import FieldScores, SimilarRequest, SimilarResponse, SimilarResult
+from metricsearch.service.search import TextQuery
+
+router = APIRouter(responses=ERRORS, tags=["search"])
+_RESULTS = TypeAdapter(list[SimilarResult])
+
+
+def _results_json(matches: list[Match]) -> bytes:
+    return _RESULTS.dump_json(
+        [
+            SimilarResult(
+                id=m.id, score=m.score, title=m.title, metadata=m.metadata, scores=FieldScores(**m.field_scores)
+            )
+            for m in matches
+        ]
+    )
+
+
+@router.post("/similar", response_model=SimilarResponse, dependencies=[ReadKey], responses=NOT_FOUND)
+async def similar(body: SimilarRequest, runtime: RuntimeDep) -> Response:
+    """More like this: by a stored item's id, by free text, or by a title (+ description)."""
+    started = time.perf_counter()
+    conditions = body.conditions()
+    if body.id is not None:
+        matches = runtime.search.by_id(body.id, body.k, conditions, body.exclude_ids)
+    else:
+        check_text_limits(runtime, body.title, body.text or body.description, "query")
+        query = TextQuery(body.text, body.title, body.description)
+        matches = await runtime.search.by_text(query, body.k, conditions, body.exclude_ids)
+    took_ms = orjson.dumps(round((time.perf_counter() - started) * 1000, 3))
+    # The SimilarResponse fields, assembled from JSON pieces: the results are serialised once, by their own adapter.
+    body_json = b'{"results":%b,"model":%b,"took_ms":%b}' % (_results_json(matches), runtime.model_json, took_ms)
+    return Response(body_json, media_type="application/json")

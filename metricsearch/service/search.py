@@ -1,0 +1,70 @@
+"""The /similar use case, whole: by a stored item's id (answered from the answer cache until the next write) or by
+text (the texts to encode, the query batcher under the request timeout, the per-field layout, the search). Routes
+only translate HTTP to these calls, so a request crosses each layer once."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from metricsearch.core.errors import TimedOutError
+from metricsearch.core.records import Match
+from metricsearch.service.batcher import QueryBatcher
+from metricsearch.service.cache import AnswerCache
+from metricsearch.service.catalog import Catalog
+from metricsearch.service.store.base import Condition
+
+
+@dataclass(frozen=True)
+class TextQuery:
+    """A free text (stands for every field), or a title with an optional description (compared field by field)."""
+
+    text: str | None = None
+    title: str | None = None
+    description: str | None = None
+
+
+def answer_key(item_id: str, k: int, conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> bytes:
+    """A fixed-size key of the normalised request: a large filter costs its hash, not its size, in the cache."""
+    request = repr((item_id, k, tuple(conditions), tuple(exclude_ids))).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(request, digest_size=16).digest()
+
+
+class Search:
+    def __init__(self, catalog: Catalog, batcher: QueryBatcher, answers: AnswerCache, timeout_s: float) -> None:
+        self.catalog = catalog
+        self.batcher = batcher
+        self.answers = answers
+        self.timeout_s = timeout_s
+
+    def by_id(
+        self, item_id: str, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
+    ) -> list[Match]:
+        """More like a stored item, from its stored vectors; the item itself is never among the results.
+
+        Runs on the event loop: about 2 ms, mostly in the engine, which holds the GIL anyway, so a thread hop would
+        add latency without adding throughput."""
+        key = answer_key(item_id, k, conditions, exclude_ids)
+        generation = self.answers.generation  # before the read: see cache.py
+        matches = self.answers.get(generation, key)
+        if matches is None:
+            matches = self.catalog.similar_to_item(item_id, k, conditions, exclude_ids)
+            self.answers.put(generation, key, matches)
+        return matches
+
+    async def by_text(
+        self, query: TextQuery, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
+    ) -> list[Match]:
+        """More like a text: encoded through the batcher with concurrent queries, then searched like a stored item."""
+        texts = self.catalog.query_texts(query.text, query.title, query.description)
+        try:
+            encoded = await asyncio.wait_for(self.batcher.encode(texts), self.timeout_s)
+        except TimeoutError:
+            raise TimedOutError(
+                f"the query waited over {self.timeout_s:g} s (MS_REQUEST_TIMEOUT_S) for the encoder, which is "
+                "overloaded: retry shortly"
+            ) from None
+        vectors = self.catalog.query_vectors_from_texts(encoded, free_text=query.text is not None)
+        return self.catalog.similar(vectors, k, conditions, exclude_ids)
