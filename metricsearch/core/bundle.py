@@ -96,6 +96,42 @@ class FieldSpec(_Strict):
     weight: float = Field(ge=0.0)
 
 
+class LexicalSpec(_Strict):
+    """The sparse BM25 vectors stored beside the dense ones, per embedded field (core/lexical.py)."""
+
+    analyzer: Literal["words+joined-part-numbers/v1"] = Field(
+        "words+joined-part-numbers/v1", description="the tokenizer of core/lexical.py that made the stored terms"
+    )
+    k1: float = Field(1.2, gt=0)
+    b: float = Field(0.75, ge=0, le=1)
+    avg_length: dict[FieldName, float] = Field(
+        default_factory=lambda: {"title": 12.0, "description": 60.0},
+        description="expected field length in terms, BM25's length normalisation (fixed, so vectors never change)",
+    )
+
+
+FUSION_COMPONENTS = ("title", "description", "lexical_title", "lexical_description")
+
+
+class FusionSpec(_Strict):
+    """The fused rerank: each component's score z-normalised with catalog-wide statistics, then weighted."""
+
+    weights: dict[str, float] = Field(
+        description="weight >= 0 of each component: title, description (the learned metric per field), "
+        "lexical_title, lexical_description (BM25 per field)"
+    )
+    chosen_by: str = Field("", description="how the weights were chosen (rule, pseudo-queries or labelled pairs)")
+
+    @model_validator(mode="after")
+    def _known(self) -> FusionSpec:
+        unknown = sorted(set(self.weights) - set(FUSION_COMPONENTS))
+        if unknown:
+            raise ValueError(f"fusion weights name unknown components {unknown}; use {', '.join(FUSION_COMPONENTS)}")
+        if any(w < 0 for w in self.weights.values()) or not any(w > 0 for w in self.weights.values()):
+            raise ValueError("fusion weights must be >= 0, at least one > 0")
+        return self
+
+
 class Provenance(_Strict):
     """Where the weights came from, so a served figure can be traced to its training run."""
 
@@ -126,6 +162,8 @@ class Manifest(_Strict):
     fields: list[FieldSpec] = Field(
         default_factory=lambda: [FieldSpec(name="title", weight=1.0), FieldSpec(name="description", weight=1.0)]
     )
+    lexical: LexicalSpec | None = Field(None, description="BM25 vectors stored per field; none: dense only")
+    fusion: FusionSpec | None = Field(None, description="the fused rerank's weights; none: the metric alone")
     provenance: Provenance
 
     @model_validator(mode="after")
@@ -145,6 +183,8 @@ class Manifest(_Strict):
         problem = pooling_metric_problem(self.pooling, self.metric)
         if problem:
             raise ValueError(problem)
+        if self.fusion is not None and (self.lexical is None or self.metric == "recobert"):
+            raise ValueError("fusion needs lexical vectors and metric 'angular' or 'frobenius'")
         if self.metric == "recobert" and [(f.name, f.weight > 0) for f in self.fields] != [
             ("title", True),
             ("description", True),
@@ -186,7 +226,9 @@ class Bundle:
             while block := f.read(1 << 20):
                 digest.update(block)
         weights = ",".join(f"{f.name}={f.weight:g}" for f in self.manifest.fields)
-        return f"{self.manifest.name} (encoder sha256 {digest.hexdigest()[:12]}, weights {weights})"
+        lexical = self.manifest.lexical
+        terms = "" if lexical is None else f", lexical {lexical.model_dump_json()}"
+        return f"{self.manifest.name} (encoder sha256 {digest.hexdigest()[:12]}, weights {weights}{terms})"
 
 
 def load_bundle(path: Path) -> Bundle:

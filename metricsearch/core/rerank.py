@@ -1,16 +1,19 @@
 """The exact rerank, once: a query's per-field vectors against candidates' stored vectors, scored with the bundle's
-metric (MetricBERT's per-field angular sum, RecoBERT's fusion, or the Frobenius similarity of second-order factors).
+metric (MetricBERT's per-field angular sum, RecoBERT's fusion, or the Frobenius similarity of second-order factors),
+and for a bundle with `fusion`, that metric's per-field scores fused with each field's BM25 (core/fusion.py).
 The service reranks its ANN candidates with it and the evaluation scores whole catalogs with it, so a benchmark
 figure is the ranking a user gets. Pure numpy, no I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
 from metricsearch.core import scoring, second_order
 from metricsearch.core.bundle import Manifest
+from metricsearch.core.fusion import ComponentStats, fuse
 
 
 @dataclass(frozen=True)
@@ -25,12 +28,12 @@ class FieldVectors:
 
 @dataclass(frozen=True)
 class Reranked:
-    """`scores`, (n,), higher is more similar; `field_values`, (n, F), each field's own similarity (minus the
-    angular distance, or S_F), shown to users as `scores`; `both`, (n, F), where query and candidate have the field."""
+    """`scores`, (n,), higher is more similar; `components`, each (n,): the learned metric per field (minus the
+    angular distance, or S_F) and, with lexical vectors, BM25 per field (`lexical_title`, ...), NaN where either side
+    lacks the field; shown to users as `scores`."""
 
     scores: np.ndarray
-    field_values: np.ndarray
-    both: np.ndarray
+    components: dict[str, np.ndarray]
 
 
 class Reranker:
@@ -41,19 +44,37 @@ class Reranker:
         self.fields = [f.name for f in manifest.fields if f.weight > 0]
         self.weights = [f.weight for f in manifest.fields if f.weight > 0]
         self.lambdas = manifest.recobert_lambdas
+        self.fusion = manifest.fusion.weights if manifest.fusion else None
+        self.lexical_fields = self.fields if manifest.lexical else []
 
-    def __call__(self, query: FieldVectors, candidates: FieldVectors) -> Reranked:
+    def __call__(
+        self,
+        query: FieldVectors,
+        candidates: FieldVectors,
+        lexical: Mapping[str, np.ndarray] | None = None,
+        stats: ComponentStats | None = None,
+    ) -> Reranked:
+        """`lexical`: each candidate's BM25 per field (NaN where either side lacks it), keyed `lexical_<field>`;
+        `stats`: the catalog's component statistics, which a fused rerank needs."""
         both = candidates.present & query.present[None, :]
         if self.metric == "frobenius":
-            field_values = second_order.per_field_similarity(
+            values = second_order.per_field_similarity(
                 query.factors, query.present, candidates.factors, candidates.present
             )
-            return Reranked(second_order.weighted_score(field_values, self.weights), field_values, both)
-        distances = scoring.per_field_distances(query.fields, query.present, candidates.fields, candidates.present)
-        if self.metric == "recobert":
-            scores = scoring.recobert_score(
-                query.fields, query.present, candidates.fields, candidates.present, self.lambdas
-            )
+            scores = second_order.weighted_score(values, self.weights)
         else:
-            scores = scoring.per_field_score(distances, self.weights)
-        return Reranked(scores, -distances, both)
+            distances = scoring.per_field_distances(query.fields, query.present, candidates.fields, candidates.present)
+            values = -distances
+            if self.metric == "recobert":
+                scores = scoring.recobert_score(
+                    query.fields, query.present, candidates.fields, candidates.present, self.lambdas
+                )
+            else:
+                scores = scoring.per_field_score(distances, self.weights)
+        components = {name: np.where(both[:, col], values[:, col], np.nan) for col, name in enumerate(self.fields)}
+        components.update(lexical or {})
+        if self.fusion is not None:
+            if stats is None or lexical is None:
+                raise ValueError("a fused rerank needs the candidates' lexical scores and the catalog's statistics")
+            scores = fuse(components, stats, self.fusion)
+        return Reranked(scores, components)

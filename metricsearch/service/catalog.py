@@ -211,9 +211,11 @@ class Catalog:
         matches = []
         for i in scoring.top_k(ranked.scores, k):
             listing = found.listings[i]
-            field_scores = {
-                name: (float(ranked.field_values[i, col]) if ranked.both[i, col] else None)
-                for col, name in enumerate(self.fields)
-            }
+            field_scores = {name: _finite(values[i]) for name, values in ranked.components.items()}
             matches.append(Match(listing.id, float(ranked.scores[i]), listing.title, listing.metadata, field_scores))
         return matches
+
+
+def _finite(value: float) -> float | None:
+    """A component's score, None where either item lacks the field."""
+    return float(value) if np.isfinite(value) else None

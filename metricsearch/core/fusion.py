@@ -1,0 +1,60 @@
+"""The fused rerank's normalisation: each component (a field's learned-metric score, a field's BM25) is turned into
+a z-score with its mean and standard deviation over a sample of the catalog's item pairs, so a weight means the same
+on every catalog, and the ranking depends neither on k nor on the filter (statistics over the candidates would).
+Pure numpy, no I/O.
+
+A missing description (either side) leaves its components NaN; they take the title's z-score, as the angular
+rerank compares such an item on its title."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+EPS = 1e-9
+TITLE_OF = {"description": "title", "lexical_description": "lexical_title"}
+
+
+@dataclass(frozen=True)
+class ComponentStats:
+    """Mean and standard deviation of each component over `pairs` sampled (item, other item) pairs."""
+
+    mean: Mapping[str, float]
+    std: Mapping[str, float]
+    pairs: int
+
+    @classmethod
+    def estimate(cls, components: Mapping[str, np.ndarray]) -> ComponentStats:
+        """From each component's values on the same sampled pairs (NaN where a field is missing)."""
+        mean, std = {}, {}
+        for name, values in components.items():
+            finite = np.asarray(values, dtype=np.float64)
+            finite = finite[np.isfinite(finite)]
+            mean[name] = float(finite.mean()) if len(finite) else 0.0
+            std[name] = float(finite.std()) if len(finite) > 1 else 1.0
+        pairs = max((len(v) for v in components.values()), default=0)
+        return cls(mean, std, pairs)
+
+
+def zscores(components: Mapping[str, np.ndarray], stats: ComponentStats) -> dict[str, np.ndarray]:
+    """Each component's z-score; a missing description's take the title's."""
+    z = {
+        name: (np.asarray(values, dtype=np.float64) - stats.mean[name]) / max(stats.std[name], EPS)
+        for name, values in components.items()
+    }
+    for name, title in TITLE_OF.items():
+        if name in z and title in z:
+            z[name] = np.where(np.isfinite(z[name]), z[name], z[title])
+    return z
+
+
+def fuse(components: Mapping[str, np.ndarray], stats: ComponentStats, weights: Mapping[str, float]) -> np.ndarray:
+    """sum_c w_c z_c over the weighted components: 0 is the catalog's average pair, each unit one standard
+    deviation of a component; higher is more similar."""
+    z = zscores({name: components[name] for name, w in weights.items() if w > 0}, stats)
+    total = np.zeros(len(next(iter(components.values()))) if components else 0)
+    for name, values in z.items():
+        total += weights[name] * values
+    return total
