@@ -1,6 +1,6 @@
 """`metricsearch snapshot create|restore` with MS_QDRANT_URL, against a fake Qdrant server.
 
-No Qdrant server runs on the test machine, so `FakeQdrant` answers the REST calls service/snapshot.py makes (the
+No Qdrant server runs on the test machine, so `FakeQdrant` answers the REST calls RemoteStore's snapshots make (the
 ones through qdrant-client are parsed by its own response models, so a wrong shape fails) and writes snapshots
 as a server does: a plain tar holding the collection's `config.json`. What this cannot show is that a real server
 restores its data from an upload: that is Qdrant's part. It does show what is ours: the download is the server's
@@ -67,6 +67,8 @@ class FakeQdrant(ThreadingHTTPServer):
         self.snapshots: dict[str, bytes] = {}
         self.requests: list[tuple[str, str, str | None]] = []
         self.uploads: list[bytes] = []
+        self.downloads_break = False
+        """Send half of a snapshot, then drop the connection (a network failure midway through the download)."""
 
     @property
     def url(self) -> str:
@@ -115,6 +117,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._ok({"name": name, "creation_time": "2026-11-23T10:00:00", "size": size, "checksum": "0"})
         if match := re.fullmatch(r"/collections/(\w+)/snapshots/([\w.-]+)", path):
             if method == "GET":
+                if self.server.downloads_break:
+                    return self._half(snapshots[match[2]])
                 return self._bytes(snapshots[match[2]])
             del snapshots[match[2]]
             return self._ok(True)
@@ -134,6 +138,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _bytes(self, data: bytes) -> None:
         self._send(200, data, "application/octet-stream")
+
+    def _half(self, data: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data[: len(data) // 2])
+        self.close_connection = True
 
     def _send(self, status: int, data: bytes, content_type: str) -> None:
         self.send_response(status)
@@ -175,6 +187,18 @@ def test_create_downloads_the_server_snapshot_and_deletes_it_there(qdrant, setti
     assert any(method == "GET" and "/snapshots/" in path for method, path, _ in qdrant.requests)
     with pytest.raises(InvalidInputError, match="exists"):
         create(settings, report.path)
+
+
+def test_a_download_failing_midway_leaves_no_file_under_the_snapshots_name(qdrant, settings, ours, tmp_path):
+    qdrant.collections["items"] = (ours, 42)
+    qdrant.downloads_break = True
+    target = tmp_path / "backup" / "items.snapshot"
+    with pytest.raises(StoreUnavailableError, match="snapshot of 'items'"):
+        create(settings, target)
+    assert list(target.parent.iterdir()) == [], "neither the snapshot's name nor a partial file is left"
+    assert qdrant.snapshots == {}, "the snapshot must not be left on the server"
+    qdrant.downloads_break = False
+    assert create(settings, target).path.read_bytes() == server_snapshot(ours, 42)  # a retry writes it whole
 
 
 def test_restore_uploads_and_replaces_only_with_overwrite(qdrant, settings, ours, tmp_path):

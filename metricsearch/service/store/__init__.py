@@ -1,4 +1,5 @@
-"""The only package that talks to Qdrant: `open_store` picks the embedded shard or a Qdrant server from settings."""
+"""The only package that talks to Qdrant: `store_type` picks the embedded shard or a Qdrant server from settings,
+and every class-level operation (open, snapshot create and restore) goes through the class it picks."""
 
 from __future__ import annotations
 
@@ -7,29 +8,16 @@ from metricsearch.service.store.base import Store, VectorSchema
 from metricsearch.service.store.edge import EdgeStore
 from metricsearch.service.store.remote import RemoteStore
 
-__all__ = ["EdgeStore", "RemoteStore", "Store", "open_store"]
+__all__ = ["EdgeStore", "RemoteStore", "Store", "open_store", "store_type"]
+
+
+def store_type(settings: Settings) -> type[Store]:
+    """The embedded store under `data_dir/collection` when no `qdrant_url` is set, else the server's collection:
+    the one place that tells them apart."""
+    return EdgeStore if settings.qdrant_url is None else RemoteStore
 
 
 def open_store(settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> Store:
-    """The embedded store under `data_dir/collection` when no `qdrant_url` is set, else the server's collection.
-
-    A server that does not answer raises StoreUnavailableError, unless `wait_for_server` (the service: it starts
+    """A server that does not answer raises StoreUnavailableError, unless `wait_for_server` (the service: it starts
     unready and opens the collection once Qdrant answers)."""
-    if settings.qdrant_url is None:
-        return EdgeStore(
-            settings.data_dir / settings.collection,
-            schema,
-            optimize_after_writes=settings.optimize_after_writes,
-            sync_writes=settings.sync_writes,
-        )
-    api_key = settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
-    return RemoteStore.connect(
-        settings.qdrant_url,
-        settings.collection,
-        schema,
-        api_key=api_key,
-        timeout_s=settings.qdrant_timeout_s,
-        shards=settings.qdrant_shards,
-        replication=settings.qdrant_replication,
-        wait_for_server=wait_for_server,
-    )
+    return store_type(settings).from_settings(settings, schema, wait_for_server=wait_for_server)

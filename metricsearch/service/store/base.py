@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from metricsearch.core.records import MetadataValue
+
+if TYPE_CHECKING:
+    from metricsearch.service.config import Settings
 
 
 @dataclass(frozen=True)
@@ -87,7 +91,36 @@ class SearchResult:
         return [listing.id for listing in self.listings]
 
 
+@dataclass(frozen=True)
+class SnapshotReport:
+    """A snapshot written (`path` is the file) or restored (`path` is where it went), its items and its bytes."""
+
+    path: Path
+    items: int
+    bytes: int
+
+
 class Store(Protocol):
+    """An open store. Opening and snapshots are class-level, as in qdrant-client where snapshots are client calls
+    that name a collection: a restore must work where no store opens (none yet, a damaged one, another bundle's)
+    and must not create one, and the embedded store must not be held by the process restoring it."""
+
+    @classmethod
+    def from_settings(cls, settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> Store:
+        """The store the settings name. With `wait_for_server`, a server that does not answer yet is no error."""
+
+    @classmethod
+    def create_snapshot(cls, settings: Settings, schema: VectorSchema, target: Path) -> SnapshotReport:
+        """Write a consistent snapshot of the store the settings name to `target`, a path that does not exist.
+        It is written under a temporary name and renamed when whole, so `target` never holds a partial file."""
+
+    @classmethod
+    def restore_snapshot(
+        cls, settings: Settings, schema: VectorSchema, source: Path, *, overwrite: bool = False
+    ) -> SnapshotReport:
+        """Replace the store the settings name (an existing one only with `overwrite`) by the snapshot at `source`,
+        refused before anything changes when it was made for another bundle than `schema`'s."""
+
     def upsert(self, items: Sequence[StoredItem]) -> None:
         """Insert or replace by id; every item carries all schema vectors. Queryable when this returns."""
 

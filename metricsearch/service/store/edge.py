@@ -6,6 +6,14 @@ folder, a child process (edge_optimize.py) optimises the copy, and the copy repl
 the writes made meanwhile. Queries use the live shard throughout; a failed build leaves it in place.
 
 Layout: `<path>/store.json` names the bundle that built the store and the live generation `<path>/shard-<n>/`.
+
+Snapshots: a .tar.gz of `store.json` and the live shard folder, read after a flush with writes held back, so it is
+consistent. Both snapshot commands open the store themselves, and its WAL lock refuses them while a service holds it
+(stop the service first): nothing ever reads or replaces files under a running engine. A restore unpacks next to
+the store, checks the snapshot was made for the configured bundle, loads it, and only then swaps it in the way a
+build's copy goes live: as a new generation that `store.json`, replaced by one atomic rename, names. Until that
+rename the old store is whole; after it the new one is, and the old generation is removed. The engine preallocates
+sparse files, so a restore writes zero blocks back as holes.
 """
 
 from __future__ import annotations
@@ -18,10 +26,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -47,8 +56,19 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
-from metricsearch.service.store.base import AnyOf, Condition, Equals, Listing, SearchResult, StoredItem, VectorSchema
+from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
+from metricsearch.service.config import Settings
+from metricsearch.service.store.atomic import fsync_tree, written_whole
+from metricsearch.service.store.base import (
+    AnyOf,
+    Condition,
+    Equals,
+    Listing,
+    SearchResult,
+    SnapshotReport,
+    StoredItem,
+    VectorSchema,
+)
 from metricsearch.service.store.mirror import VectorMirror
 from metricsearch.service.store.payload import (
     any_of_groups,
@@ -72,6 +92,8 @@ _NO_GRAPH = HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
 """For vectors only read back for reranking: no HNSW graph, a third less build time (20k x 2 x 384: 15 s, not 23)."""
 _SHARD_DIR = re.compile(r"^shard-(\d+)$")
 _COPY_CHUNK = 1 << 20
+_UNPACK_CHUNK = 1 << 16
+"""Extraction block: an all-zero one becomes a hole, so it is small enough to find the holes between extents."""
 
 
 def optimizer_command(shard_dir: Path) -> list[str]:
@@ -133,6 +155,64 @@ class EdgeStore:
             ) from e
         self._remove_stale_generations()
         self._mirror = self._load_mirror()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> EdgeStore:
+        """The store under `data_dir/collection` (`wait_for_server` is for a server: this store is always there)."""
+        return cls(
+            settings.data_dir / settings.collection,
+            schema,
+            optimize_after_writes=settings.optimize_after_writes,
+            sync_writes=settings.sync_writes,
+        )
+
+    # --- snapshots
+
+    @classmethod
+    def create_snapshot(cls, settings: Settings, schema: VectorSchema, target: Path) -> SnapshotReport:
+        store = cls(settings.data_dir / settings.collection, schema, optimize_after_writes=0)
+        try:
+            with (
+                store._frozen() as files,
+                written_whole(target) as partial,
+                tarfile.open(partial, "w:gz", compresslevel=1) as archive,
+            ):
+                for path in files:
+                    archive.add(path, arcname=path.name)
+                items = store.count()
+        finally:
+            store.close()
+        return SnapshotReport(target, items, target.stat().st_size)
+
+    @classmethod
+    def restore_snapshot(
+        cls, settings: Settings, schema: VectorSchema, source: Path, *, overwrite: bool = False
+    ) -> SnapshotReport:
+        """Unpack next to the store, check and load the snapshot, then swap it in (module docstring). The live
+        shards' WAL locks are held from the start until the swap, so no service opens the store meanwhile."""
+        path = settings.data_dir / settings.collection
+        occupied = path.exists() and any(path.iterdir())
+        if occupied and not overwrite:
+            raise InvalidInputError(f"{path} holds a store: pass --overwrite to replace it")
+        staging = path.with_name(path.name + ".restoring")
+        try:
+            with _holding(path):
+                shutil.rmtree(staging, ignore_errors=True)
+                generation = _unpack(source, staging, schema)
+                restored = cls(staging, schema, optimize_after_writes=0)
+                items = restored.count()
+                restored.close()
+                if occupied:
+                    old = _swap_in_snapshot(path, staging / f"shard-{generation}", schema)
+                else:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    staging.rename(path)  # replaces an empty folder; refuses one a store appeared in meanwhile
+                    old = []
+            for shard_dir in old:  # after the locks are released: no engine holds them any more
+                shutil.rmtree(shard_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return SnapshotReport(path, items, source.stat().st_size)
 
     # --- Store
 
@@ -216,7 +296,7 @@ class EdgeStore:
             self._shard.flush()
 
     @contextmanager
-    def frozen(self) -> Iterator[list[Path]]:
+    def _frozen(self) -> Iterator[list[Path]]:
         """Flush, then hold writes back (reads go on) while the caller copies the yielded files: the sidecar and
         the live shard folder, together a consistent copy of the store (snapshots)."""
         with self._write_lock:
@@ -433,16 +513,7 @@ class EdgeStore:
         return 1
 
     def _write_sidecar(self, generation: int) -> None:
-        """Atomic (write, then rename), since it also says which generation is live."""
-        state = {
-            "format": _FORMAT,
-            "identity": self._schema.identity,
-            "sizes": dict(self._schema.sizes),
-            "generation": generation,
-        }
-        tmp = self._path / f"{SIDECAR}.tmp"
-        tmp.write_text(json.dumps(state, indent=2) + "\n")
-        os.replace(tmp, self._path / SIDECAR)
+        _write_sidecar(self._path, self._schema, generation)
 
     def _open_shard(self, shard_dir: Path) -> EdgeShard:
         try:
@@ -487,6 +558,89 @@ class EdgeStore:
             if match and int(match.group(1)) != self._generation:
                 logger.info("removing %s, left by an interrupted HNSW build", child)
                 shutil.rmtree(child)
+
+
+def _write_sidecar(path: Path, schema: VectorSchema, generation: int) -> None:
+    """Atomic and durable (write, fsync, rename), since it also says which generation is live."""
+    state = {"format": _FORMAT, "identity": schema.identity, "sizes": dict(schema.sizes), "generation": generation}
+    with written_whole(path / SIDECAR) as partial:
+        partial.write_text(json.dumps(state, indent=2) + "\n")
+
+
+@contextmanager
+def _holding(path: Path) -> Iterator[None]:
+    """Hold the WAL lock of every shard under `path`: a running service holds the live one, so this refuses a store
+    in use, and no service opens it while held. A shard that does not load is no obstacle: replacing a damaged store
+    is what a restore is for."""
+    with ExitStack() as held:
+        for shard_dir in sorted(path.glob("shard-*")):
+            try:
+                shard = EdgeShard.load(str(shard_dir))
+            except Exception as e:
+                if "WouldBlock" in str(e):
+                    raise StoreUnavailableError(
+                        f"{path} is open in a running service (its WAL is locked): stop the service, then restore"
+                    ) from e
+                logger.info("%s does not load (%s); the restore replaces it", shard_dir, e)
+                continue
+            held.callback(shard.close)
+        yield
+
+
+def _unpack(source: Path, target: Path, schema: VectorSchema) -> int:
+    """Extract a snapshot made for `schema`'s bundle and return its generation; zero blocks become holes, so the
+    engine's sparse files stay sparse."""
+    try:
+        with tarfile.open(source, "r:gz") as archive:
+            for member in archive:
+                member = tarfile.data_filter(member, str(target))  # no absolute paths, '..' or links out
+                path = target / member.name
+                if member.isdir():
+                    path.mkdir(parents=True, exist_ok=True)
+                    continue
+                if not member.isfile():
+                    raise InvalidInputError(f"{source}: {member.name} is not a file: not a metricsearch snapshot")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with archive.extractfile(member) as src, path.open("wb") as dst:
+                    while block := src.read(_UNPACK_CHUNK):
+                        if block.count(0) == len(block):
+                            dst.seek(len(block), 1)
+                        else:
+                            dst.write(block)
+                    dst.truncate(member.size)
+    except (tarfile.TarError, EOFError, OSError) as e:
+        raise InvalidInputError(f"{source} is not a readable snapshot archive ({e})") from e
+    if not (target / SIDECAR).is_file():
+        raise InvalidInputError(f"{source} holds no {SIDECAR}: it is not a metricsearch snapshot")
+    try:
+        state = json.loads((target / SIDECAR).read_text())
+        identity, sizes, generation = state["identity"], state["sizes"], int(state["generation"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise InvalidInputError(f"{source}: its {SIDECAR} is damaged ({e!r})") from e
+    check_schema(
+        identity,
+        sizes,
+        schema,
+        where=f"The snapshot {source}",
+        fix="Restore it with the bundle that made it (MS_BUNDLE_DIR), or re-index the catalog.",
+    )
+    if not (target / f"shard-{generation}").is_dir():
+        raise InvalidInputError(f"{source} holds no shard-{generation}/, which its {SIDECAR} names: it is damaged")
+    return generation
+
+
+def _swap_in_snapshot(path: Path, staged_shard: Path, schema: VectorSchema) -> list[Path]:
+    """Move the staged shard into the store as its next generation, then make that generation live by rewriting
+    `store.json`: one atomic rename, before which the old store is whole and after which the new one is (the next
+    open removes the other generation). Returns the old generations' folders, for the caller to remove."""
+    fsync_tree(staged_shard)
+    generations = {int(m.group(1)): child for child in path.iterdir() if (m := _SHARD_DIR.match(child.name))}
+    generation = 1 + max(generations, default=0)
+    staged_shard.rename(path / f"shard-{generation}")
+    # No cleanup when this fails: whether the rename happened, only store.json says, and the next open removes
+    # whichever generation it does not name.
+    _write_sidecar(path, schema, generation)
+    return list(generations.values())
 
 
 def _filter(conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> Filter | None:

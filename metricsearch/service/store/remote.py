@@ -3,16 +3,24 @@
 The collection records the bundle that built it in its metadata; a server too old for collection metadata loses
 that record, and then only the vector names and sizes are checked. A service may start while Qdrant is down: the
 collection is opened (or created) by the first call that finds the server answering, so readiness recovers without
-a restart when Qdrant comes back."""
+a restart when Qdrant comes back.
+
+Snapshots are the server's own collection snapshots (create, download, delete on the server), restored by uploading
+one. A snapshot (a tar) holds the collection's config.json with the metadata that records the bundle: restore checks
+it before the upload replaces the collection."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
+import os
+import tarfile
 import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,8 +29,18 @@ from qdrant_client import QdrantClient
 from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
-from metricsearch.service.store.base import AnyOf, Condition, Equals, SearchResult, StoredItem, VectorSchema
+from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
+from metricsearch.service.config import Settings
+from metricsearch.service.store.atomic import written_whole
+from metricsearch.service.store.base import (
+    AnyOf,
+    Condition,
+    Equals,
+    SearchResult,
+    SnapshotReport,
+    StoredItem,
+    VectorSchema,
+)
 from metricsearch.service.store.payload import (
     any_of_groups,
     check_schema,
@@ -38,6 +56,9 @@ logger = logging.getLogger(__name__)
 
 METADATA_KEY = "metricsearch"
 """Key of the collection metadata that records the bundle which built the collection."""
+_TRANSFER_TIMEOUT_S = 600
+_TRANSFER_CHUNK = 1 << 16
+_TRANSFER_ERRORS = (httpx.HTTPError, ResponseHandlingException, UnexpectedResponse, OSError)
 
 
 class RemoteStore:
@@ -98,6 +119,80 @@ class RemoteStore:
             replication=replication,
             wait_for_server=wait_for_server,
         )
+
+    @classmethod
+    def from_settings(cls, settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> RemoteStore:
+        assert settings.qdrant_url is not None, "the server store needs MS_QDRANT_URL"
+        return cls.connect(
+            settings.qdrant_url,
+            settings.collection,
+            schema,
+            api_key=_api_key(settings),
+            timeout_s=settings.qdrant_timeout_s,
+            shards=settings.qdrant_shards,
+            replication=settings.qdrant_replication,
+            wait_for_server=wait_for_server,
+        )
+
+    # --- snapshots: a client of their own, not an open store, which would create a missing collection
+
+    @classmethod
+    def create_snapshot(cls, settings: Settings, schema: VectorSchema, target: Path) -> SnapshotReport:
+        client, url, headers = _transfer_client(settings)
+        collection = settings.collection
+        try:
+            snapshot = client.create_snapshot(collection, wait=True)
+            if snapshot is None:
+                raise StoreUnavailableError(f"Qdrant at {url} made no snapshot of {collection!r}")
+            try:
+                with (
+                    written_whole(target) as partial,
+                    httpx.stream(
+                        "GET",
+                        f"{url}/collections/{collection}/snapshots/{snapshot.name}",
+                        headers=headers,
+                        timeout=_TRANSFER_TIMEOUT_S,
+                    ) as response,
+                ):
+                    response.raise_for_status()
+                    with partial.open("wb") as f:
+                        for block in response.iter_bytes(_TRANSFER_CHUNK):
+                            f.write(block)
+            finally:
+                client.delete_snapshot(collection, snapshot.name, wait=True)
+            items = client.count(collection, exact=True).count
+        except _TRANSFER_ERRORS as e:
+            raise StoreUnavailableError(f"snapshot of {collection!r} on {url} failed: {e}") from e
+        finally:
+            client.close()
+        return SnapshotReport(target, items, target.stat().st_size)
+
+    @classmethod
+    def restore_snapshot(
+        cls, settings: Settings, schema: VectorSchema, source: Path, *, overwrite: bool = False
+    ) -> SnapshotReport:
+        """Upload the snapshot; the server recovers the collection from it (replacing it is Qdrant's part)."""
+        _check_server_snapshot(source, schema)
+        client, url, headers = _transfer_client(settings)
+        collection = settings.collection
+        try:
+            if client.collection_exists(collection) and not overwrite:
+                raise InvalidInputError(f"collection {collection!r} exists on {url}: pass --overwrite to replace it")
+            with source.open("rb") as f:
+                response = httpx.post(
+                    f"{url}/collections/{collection}/snapshots/upload",
+                    params={"priority": "snapshot", "wait": "true"},
+                    files={"snapshot": (source.name, f)},
+                    headers=headers,
+                    timeout=_TRANSFER_TIMEOUT_S,
+                )
+            response.raise_for_status()
+            items = client.count(collection, exact=True).count
+        except _TRANSFER_ERRORS as e:
+            raise StoreUnavailableError(f"restore of {collection!r} on {url} failed: {e}") from e
+        finally:
+            client.close()
+        return SnapshotReport(source, items, source.stat().st_size)
 
     # --- Store
 
@@ -296,6 +391,44 @@ def check_collection(
         logger.warning("%s records no bundle; its vector sizes fit, so it is used as is", where)
         return
     check_schema((record or {}).get("identity", "(none recorded)"), built_sizes, schema, where=where, fix=fix)
+
+
+def _api_key(settings: Settings) -> str | None:
+    return settings.qdrant_api_key.get_secret_value() if settings.qdrant_api_key else None
+
+
+def _transfer_client(settings: Settings) -> tuple[QdrantClient, str, dict[str, str]]:
+    """A client with a timeout long enough for snapshot transfers, the server's URL and the headers for the REST
+    calls made without the client (streamed download, multipart upload)."""
+    assert settings.qdrant_url is not None, "the server store needs MS_QDRANT_URL"
+    api_key = _api_key(settings)
+    client = QdrantClient(
+        url=settings.qdrant_url, api_key=api_key, timeout=_TRANSFER_TIMEOUT_S, check_compatibility=False
+    )
+    return client, settings.qdrant_url.rstrip("/"), ({"api-key": api_key} if api_key else {})
+
+
+def _check_server_snapshot(source: Path, schema: VectorSchema) -> None:
+    """Refuse a snapshot of another bundle's collection (or not a Qdrant collection snapshot) before anything on the
+    server changes: its config.json gives the vector sizes and the bundle record (the collection's metadata)."""
+    try:
+        with tarfile.open(source, "r:") as archive:  # a server writes plain tar; members are skipped by seeking
+            member = next((m for m in archive if os.path.normpath(m.name) == "config.json" and m.isfile()), None)
+            if member is None:
+                raise InvalidInputError(f"{source} holds no config.json: it is not a Qdrant collection snapshot")
+            config = json.loads(archive.extractfile(member).read())
+        vectors = config["params"]["vectors"]
+        named = {"": vectors} if "size" in vectors else vectors
+        sizes = {name: int(params["size"]) for name, params in named.items()}
+    except (tarfile.TarError, EOFError, OSError, ValueError, KeyError, TypeError) as e:
+        raise InvalidInputError(f"{source} is not a readable Qdrant collection snapshot ({e!r})") from e
+    check_collection(
+        (config.get("metadata") or {}).get(METADATA_KEY),
+        sizes,
+        schema,
+        where=f"The snapshot {source}",
+        fix="Restore it with the bundle that made it (MS_BUNDLE_DIR), or re-index the catalog.",
+    )
 
 
 def collection_layout(shards: int | None, replication: int | None) -> dict[str, Any]:
