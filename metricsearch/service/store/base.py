@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import MetadataValue
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ Condition = Equals | AnyOf | Range
 
 @dataclass(frozen=True)
 class VectorSchema:
-    """Named dense vectors of every point (cosine distance) and which one the ANN search uses.
+    """Named dense vectors of every point (cosine distance), which one the ANN search uses, and the named sparse
+    vectors (BM25 per field, scored with the engine's idf modifier).
 
     `identity` names the bundle that built the store; a store opened with another schema is refused
     with a message naming both."""
@@ -54,6 +56,7 @@ class VectorSchema:
     sizes: Mapping[str, int]
     ann: str
     identity: str
+    sparse: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,9 @@ class StoredItem:
     content_hash: str
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
     """1-D float32 arrays by vector name; empty when read without vectors. Cosine stores return them unit-norm."""
+    sparse: dict[str, SparseVector] = field(default_factory=dict)
+    """Sparse vectors by name, written with the item (an empty or absent one is not stored); never read back: they
+    derive from the texts."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +142,15 @@ class Store(Protocol):
         limit: int,
         conditions: Sequence[Condition] = (),
         exclude_ids: Sequence[str] = (),
+        lexical: Mapping[str, SparseVector] | None = None,
     ) -> SearchResult:
-        """Nearest neighbours of `vector` on the schema's ANN vector, with all their vectors."""
+        """Nearest neighbours of `vector` on the schema's ANN vector, with all their dense vectors; with `lexical`
+        (sparse query vectors by name), the union of those and the `limit` best by each sparse vector, in one query,
+        so an item that only shares a part number with the query is a candidate too."""
+
+    def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Each item's score (BM25 with the store's idf) for each named sparse query, aligned with `ids`; 0 where
+        an item shares no term with the query or has no such vector."""
 
     def count(self) -> int: ...
 

@@ -29,7 +29,7 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from qdrant_edge import (
     EdgeConfig,
     EdgeOptimizersConfig,
     EdgeShard,
+    EdgeSparseVectorParams,
     EdgeVectorParams,
     FieldCondition,
     Filter,
@@ -47,16 +48,22 @@ from qdrant_edge import (
     HnswIndexConfig,
     MatchAny,
     MatchValue,
+    Modifier,
     PayloadSchemaType,
     Point,
+    Prefetch,
     Query,
+    QueryBatchRequest,
     QueryRequest,
     RangeFloat,
     ScrollRequest,
     UpdateOperation,
 )
+from qdrant_edge import Fusion as EdgeFusion
+from qdrant_edge import SparseVector as EdgeSparseVector
 
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
+from metricsearch.core.lexical import SparseVector
 from metricsearch.service.config import Settings
 from metricsearch.service.store.atomic import fsync_tree, written_whole
 from metricsearch.service.store.base import (
@@ -71,12 +78,14 @@ from metricsearch.service.store.base import (
 )
 from metricsearch.service.store.mirror import VectorMirror
 from metricsearch.service.store.payload import (
+    aligned_scores,
     any_of_groups,
     check_schema,
     from_payload,
     listing,
     metadata_path,
     point_id,
+    sparse_lists,
     to_payload,
     vector_lists,
 )
@@ -129,6 +138,7 @@ class EdgeStore:
                 name: EdgeVectorParams(size, Distance.Cosine, hnsw_config=None if name == schema.ann else _NO_GRAPH)
                 for name, size in schema.sizes.items()
             },
+            sparse_vectors={name: EdgeSparseVectorParams(modifier=Modifier.Idf) for name in schema.sparse} or None,
             optimizers=optimizers,
         )
         # _lock guards every call on the shard and is held only for that call, so the swap waits for no query.
@@ -220,9 +230,7 @@ class EdgeStore:
         if not items:
             return
         ids = [point_id(it.id) for it in items]
-        points = [
-            Point(pid, vector_lists(it, self._schema.sizes), to_payload(it)) for pid, it in zip(ids, items, strict=True)
-        ]
+        points = [Point(pid, self._point_vectors(it), to_payload(it)) for pid, it in zip(ids, items, strict=True)]
         vectors = {name: np.asarray([it.vectors[name] for it in items], np.float32) for name in self._schema.sizes}
         listings = [Listing(it.id, it.title, it.metadata) for it in items]
         with self._write_lock:
@@ -231,13 +239,20 @@ class EdgeStore:
             )
         self._sync(written)
 
+    def _point_vectors(self, item: StoredItem) -> dict[str, object]:
+        sparse = sparse_lists(item, self._schema.sparse)
+        return {
+            **vector_lists(item, self._schema.sizes),
+            **{name: EdgeSparseVector(indices, values) for name, (indices, values) in sparse.items()},
+        }
+
     def get(self, ids: Sequence[str], *, with_vectors: bool = False) -> dict[str, StoredItem]:
         point_ids = list(dict.fromkeys(point_id(i) for i in ids))
         if not point_ids:
             return {}
         with self._lock:
             records = self._shard.retrieve(point_ids, True, with_vectors)
-        items = (from_payload(r.payload, r.vector if with_vectors else None) for r in records)
+        items = (from_payload(r.payload, r.vector if with_vectors else None, self._schema.sizes) for r in records)
         return {item.id: item for item in items}
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -259,14 +274,18 @@ class EdgeStore:
         limit: int,
         conditions: Sequence[Condition] = (),
         exclude_ids: Sequence[str] = (),
+        lexical: Mapping[str, SparseVector] | None = None,
     ) -> SearchResult:
-        request = QueryRequest(
-            limit=limit,
-            query=Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann),
-            filter=_filter(conditions, exclude_ids),
-            with_payload=False,
-            with_vector=False,
-        )
+        where = _filter(conditions, exclude_ids)
+        dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
+        sparse = [_sparse_query(name, query) for name, query in (lexical or {}).items() if len(query)]
+        if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
+            stages = [Prefetch(limit=limit, query=q, filter=where) for q in (dense, *sparse)]
+            request = QueryRequest(
+                limit=limit * len(stages), prefetches=stages, query=EdgeFusion.Rrf(k=60), with_payload=False
+            )
+        else:
+            request = QueryRequest(limit=limit, query=dense, filter=where, with_payload=False, with_vector=False)
         with self._lock:
             hits = self._shard.query(request)
             listings, vectors = self._mirror.take([str(hit.id) for hit in hits])
@@ -275,6 +294,21 @@ class EdgeStore:
             scores=np.fromiter((hit.score for hit in hits), dtype=np.float32, count=len(hits)),
             vectors=vectors,
         )
+
+    def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
+        named = {name: query for name, query in queries.items() if len(query)}
+        scores = {name: np.zeros(len(ids)) for name in queries}
+        if not named or not ids:
+            return scores
+        only = Filter(must=[HasIdCondition({point_id(i) for i in ids})])
+        requests = [
+            QueryRequest(limit=len(ids), query=_sparse_query(name, query), filter=only, with_payload=False)
+            for name, query in named.items()
+        ]
+        with self._lock:
+            answers = self._shard.query_batch(QueryBatchRequest(requests))
+        scores.update({name: aligned_scores(hits, ids) for name, hits in zip(named, answers, strict=True)})
+        return scores
 
     def count(self) -> int:
         with self._lock:
@@ -541,7 +575,12 @@ class EdgeStore:
         offset = None
         while True:
             records, offset = self._shard.scroll(
-                ScrollRequest(offset=offset, limit=2048, with_payload=["id", "title", "metadata"], with_vector=True)
+                ScrollRequest(
+                    offset=offset,
+                    limit=2048,
+                    with_payload=["id", "title", "metadata"],
+                    with_vector=list(self._schema.sizes),
+                )
             )
             if records:
                 vectors = {
@@ -641,6 +680,10 @@ def _swap_in_snapshot(path: Path, staged_shard: Path, schema: VectorSchema) -> l
     # whichever generation it does not name.
     _write_sidecar(path, schema, generation)
     return list(generations.values())
+
+
+def _sparse_query(name: str, query: SparseVector) -> Query:
+    return Query.Nearest(EdgeSparseVector(query.indices.tolist(), query.values.tolist()), using=name)
 
 
 def _filter(conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> Filter | None:

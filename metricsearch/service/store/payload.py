@@ -47,14 +47,19 @@ def to_payload(item: StoredItem) -> dict[str, Any]:
     }
 
 
-def from_payload(payload: Mapping[str, Any], vectors: Mapping[str, Sequence[float]] | None = None) -> StoredItem:
+def from_payload(
+    payload: Mapping[str, Any], vectors: Mapping[str, Any] | None = None, sizes: Mapping[str, int] | None = None
+) -> StoredItem:
+    """The item of a point; `vectors` as the engine returned them, of which the dense ones named in `sizes` are kept
+    (sparse vectors are never read back)."""
+    dense = {name: v for name, v in (vectors or {}).items() if sizes is None or name in sizes}
     return StoredItem(
         id=payload["id"],
         title=payload["title"],
         description=payload["description"],
         metadata=dict(payload.get("metadata") or {}),
         content_hash=payload["content_hash"],
-        vectors={name: np.asarray(v, dtype=np.float32) for name, v in (vectors or {}).items()},
+        vectors={name: np.asarray(v, dtype=np.float32) for name, v in dense.items()},
     )
 
 
@@ -73,6 +78,21 @@ def vector_lists(item: StoredItem, sizes: Mapping[str, int]) -> dict[str, list[f
             raise ValueError(f"item {item.id!r}: vector {name!r} must have shape ({size},), got {shape}")
         out[name] = np.asarray(vector, dtype=np.float32).tolist()
     return out
+
+
+def sparse_lists(item: StoredItem, names: Sequence[str]) -> dict[str, tuple[list[int], list[float]]]:
+    """The item's non-empty sparse vectors as (indices, values) lists, the form both engines' constructors take."""
+    return {
+        name: (vector.indices.tolist(), vector.values.tolist())
+        for name in names
+        if (vector := item.sparse.get(name)) is not None and len(vector)
+    }
+
+
+def aligned_scores(hits: Sequence[Any], ids: Sequence[str]) -> np.ndarray:
+    """Scores of `hits` (points with ids) laid out along `ids`, 0 where an id was not hit."""
+    by_point = {str(hit.id): hit.score for hit in hits}
+    return np.array([by_point.get(point_id(i), 0.0) for i in ids], dtype=np.float64)
 
 
 def metadata_path(key: str) -> str:

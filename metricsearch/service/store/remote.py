@@ -30,6 +30,7 @@ from qdrant_client import models as qm
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
+from metricsearch.core.lexical import SparseVector
 from metricsearch.service.config import Settings
 from metricsearch.service.store.atomic import written_whole
 from metricsearch.service.store.base import (
@@ -42,12 +43,14 @@ from metricsearch.service.store.base import (
     VectorSchema,
 )
 from metricsearch.service.store.payload import (
+    aligned_scores,
     any_of_groups,
     check_schema,
     from_payload,
     metadata_path,
     point_id,
     search_result,
+    sparse_lists,
     to_payload,
     vector_lists,
 )
@@ -200,11 +203,17 @@ class RemoteStore:
         if not items:
             return
         points = [
-            qm.PointStruct(id=point_id(it.id), vector=vector_lists(it, self._schema.sizes), payload=to_payload(it))
-            for it in items
+            qm.PointStruct(id=point_id(it.id), vector=self._point_vectors(it), payload=to_payload(it)) for it in items
         ]
         with self._serving():
             self._client.upsert(self._collection, points=points, wait=True)
+
+    def _point_vectors(self, item: StoredItem) -> dict[str, Any]:
+        sparse = sparse_lists(item, self._schema.sparse)
+        return {
+            **vector_lists(item, self._schema.sizes),
+            **{name: qm.SparseVector(indices=i, values=v) for name, (i, v) in sparse.items()},
+        }
 
     def get(self, ids: Sequence[str], *, with_vectors: bool = False) -> dict[str, StoredItem]:
         point_ids = list(dict.fromkeys(point_id(i) for i in ids))
@@ -214,7 +223,8 @@ class RemoteStore:
             records = self._client.retrieve(
                 self._collection, ids=point_ids, with_payload=True, with_vectors=with_vectors
             )
-        items = (from_payload(r.payload or {}, r.vector if with_vectors else None) for r in records)  # type: ignore[arg-type]
+        vectors = (r.vector if with_vectors else None for r in records)
+        items = (from_payload(r.payload or {}, v, self._schema.sizes) for r, v in zip(records, vectors, strict=True))  # type: ignore[arg-type]
         return {item.id: item for item in items}
 
     def delete(self, ids: Sequence[str]) -> int:
@@ -235,20 +245,45 @@ class RemoteStore:
         limit: int,
         conditions: Sequence[Condition] = (),
         exclude_ids: Sequence[str] = (),
+        lexical: Mapping[str, SparseVector] | None = None,
     ) -> SearchResult:
+        where = _filter(conditions, exclude_ids)
+        dense = np.asarray(vector, dtype=np.float32).tolist()
+        sparse = [(name, _sparse(query)) for name, query in (lexical or {}).items() if len(query)]
+        # One call returns each point's vectors and payload as read together (the rerank scores these vectors, not
+        # the server's score), so a result shows the version of the item it was scored on.
+        read = {"with_payload": ["id", "title", "metadata"], "with_vectors": list(self._schema.sizes)}
         with self._serving():
-            response = self._client.query_points(
-                self._collection,
-                query=np.asarray(vector, dtype=np.float32).tolist(),
-                using=self._schema.ann,
-                query_filter=_filter(conditions, exclude_ids),
-                limit=limit,
-                # One call returns each point's vectors and payload as read together (the rerank scores these
-                # vectors, not the server's score), so a result shows the version of the item it was scored on.
-                with_payload=["id", "title", "metadata"],
-                with_vectors=True,
-            )
+            if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
+                stages = [qm.Prefetch(query=dense, using=self._schema.ann, filter=where, limit=limit)]
+                stages += [qm.Prefetch(query=q, using=name, filter=where, limit=limit) for name, q in sparse]
+                response = self._client.query_points(
+                    self._collection,
+                    prefetch=stages,
+                    query=qm.FusionQuery(fusion=qm.Fusion.RRF),
+                    limit=limit * len(stages),
+                    **read,
+                )
+            else:
+                response = self._client.query_points(
+                    self._collection, query=dense, using=self._schema.ann, query_filter=where, limit=limit, **read
+                )
         return search_result(response.points, self._schema.sizes)
+
+    def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
+        named = {name: query for name, query in queries.items() if len(query)}
+        scores = {name: np.zeros(len(ids)) for name in queries}
+        if not named or not ids:
+            return scores
+        only = qm.Filter(must=[qm.HasIdCondition(has_id=[point_id(i) for i in ids])])
+        requests = [
+            qm.QueryRequest(query=_sparse(query), using=name, filter=only, limit=len(ids), with_payload=False)
+            for name, query in named.items()
+        ]
+        with self._serving():
+            answers = self._client.query_batch_points(self._collection, requests=requests)
+        scores.update({name: aligned_scores(a.points, ids) for name, a in zip(named, answers, strict=True)})
+        return scores
 
     def count(self) -> int:
         with self._serving():
@@ -347,6 +382,10 @@ class RemoteStore:
                 )
                 for name, size in self._schema.sizes.items()
             },
+            sparse_vectors_config={
+                name: qm.SparseVectorParams(modifier=qm.Modifier.IDF) for name in self._schema.sparse
+            }
+            or None,
             metadata={METADATA_KEY: {"identity": self._schema.identity, "sizes": dict(self._schema.sizes)}},
             **self._layout,
         )
@@ -435,6 +474,10 @@ def collection_layout(shards: int | None, replication: int | None) -> dict[str, 
     """create_collection's cluster arguments that are set: Qdrant's defaults stand for the others."""
     layout = {"shard_number": shards, "replication_factor": replication}
     return {k: v for k, v in layout.items() if v is not None}
+
+
+def _sparse(query: SparseVector) -> qm.SparseVector:
+    return qm.SparseVector(indices=query.indices.tolist(), values=query.values.tolist())
 
 
 def _filter(conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> qm.Filter | None:
