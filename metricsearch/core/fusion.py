@@ -14,6 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 EPS = 1e-9
+DEFAULT_FUSION = {"title": 1.0, "description": 1.0, "lexical_title": 1.0, "lexical_description": 1.0}
+DEFAULT_FUSION_RULE = "equal weights (placeholder until measured)"
+"""The packaged model's fusion weights and the rule that chose them (EVALUATION.md, "Hybrid")."""
 TITLE_OF = {"description": "title", "lexical_description": "lexical_title"}
 
 
@@ -41,7 +44,7 @@ class ComponentStats:
 def zscores(components: Mapping[str, np.ndarray], stats: ComponentStats) -> dict[str, np.ndarray]:
     """Each component's z-score; a missing description's take the title's."""
     z = {
-        name: (np.asarray(values, dtype=np.float64) - stats.mean[name]) / max(stats.std[name], EPS)
+        name: (np.asarray(values, dtype=np.float64) - stats.mean.get(name, 0.0)) / max(stats.std.get(name, 1.0), EPS)
         for name, values in components.items()
     }
     for name, title in TITLE_OF.items():
@@ -53,7 +56,7 @@ def zscores(components: Mapping[str, np.ndarray], stats: ComponentStats) -> dict
 def fuse(components: Mapping[str, np.ndarray], stats: ComponentStats, weights: Mapping[str, float]) -> np.ndarray:
     """sum_c w_c z_c over the weighted components: 0 is the catalog's average pair, each unit one standard
     deviation of a component; higher is more similar."""
-    z = zscores({name: components[name] for name, w in weights.items() if w > 0}, stats)
+    z = zscores({name: components[name] for name, w in weights.items() if w > 0 and name in components}, stats)
     total = np.zeros(len(next(iter(components.values()))) if components else 0)
     for name, values in z.items():
         total += weights[name] * values

@@ -120,3 +120,27 @@ def bm25_scores(
         pairs = zip(doc.indices.tolist(), doc.values.tolist(), strict=True)
         scores[n] = math.fsum(position.get(t, 0.0) * v for t, v in pairs)
     return scores
+
+
+class LexicalFields:
+    """A bundle's lexical vectors per embedded field, named `lexical_<field>` as the stores and `scores` name them:
+    an item's documents and a query's terms, field to field (a free text stands for every field)."""
+
+    def __init__(self, fields: Sequence[str], k1: float, b: float, avg_length: dict[str, float]) -> None:
+        self.names = {field: f"lexical_{field}" for field in fields}
+        self._bm25 = {field: Bm25(k1, b, avg_length.get(field, Bm25.avg_length)) for field in fields}
+
+    def documents(self, title: str, description: str) -> dict[str, SparseVector]:
+        texts = {"title": title, "description": description}
+        return {name: self._bm25[field].document(texts[field]) for field, name in self.names.items()}
+
+    def queries(
+        self, title: str | None, description: str | None, free_text: str | None = None
+    ) -> dict[str, SparseVector]:
+        """A field the query lacks gets no vector (its component is then unknown, not 0)."""
+        texts = {"title": title, "description": description}
+        return {
+            name: query_vector(free_text if free_text is not None else texts[field])
+            for field, name in self.names.items()
+            if free_text is not None or (texts[field] or "").strip()
+        }

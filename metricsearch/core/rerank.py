@@ -56,6 +56,17 @@ class Reranker:
     ) -> Reranked:
         """`lexical`: each candidate's BM25 per field (NaN where either side lacks it), keyed `lexical_<field>`;
         `stats`: the catalog's component statistics, which a fused rerank needs."""
+        scores, components = self.metric_scores(query, candidates, lexical)
+        if self.fusion is not None:
+            if stats is None or lexical is None:
+                raise ValueError("a fused rerank needs the candidates' lexical scores and the catalog's statistics")
+            scores = fuse(components, stats, self.fusion)
+        return Reranked(scores, components)
+
+    def metric_scores(
+        self, query: FieldVectors, candidates: FieldVectors, lexical: Mapping[str, np.ndarray] | None = None
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The metric's own score and every component (what a fused score is made of)."""
         both = candidates.present & query.present[None, :]
         if self.metric == "frobenius":
             values = second_order.per_field_similarity(
@@ -72,9 +83,4 @@ class Reranker:
             else:
                 scores = scoring.per_field_score(distances, self.weights)
         components = {name: np.where(both[:, col], values[:, col], np.nan) for col, name in enumerate(self.fields)}
-        components.update(lexical or {})
-        if self.fusion is not None:
-            if stats is None or lexical is None:
-                raise ValueError("a fused rerank needs the candidates' lexical scores and the catalog's statistics")
-            scores = fuse(components, stats, self.fusion)
-        return Reranked(scores, components)
+        return scores, {**components, **(lexical or {})}

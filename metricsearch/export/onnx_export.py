@@ -34,6 +34,8 @@ from metricsearch.core.base_model import PACKAGED_BASE_MODEL, PACKAGED_MODEL_NAM
 from metricsearch.core.bundle import (
     EncoderSpec,
     FieldSpec,
+    FusionSpec,
+    LexicalSpec,
     Manifest,
     Provenance,
     default_metric,
@@ -42,6 +44,7 @@ from metricsearch.core.bundle import (
     write_manifest,
 )
 from metricsearch.core.errors import ExportError
+from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,8 @@ def export_bundle(
     overwrite: bool = False,
     precision: str = "fp32",
     catalog: Path | None = None,
+    lexical: bool = True,
+    fusion: dict[str, float] | None = None,
 ) -> Path:
     """Export `model_dir` (default: the packaged all-MiniLM-L6-v2) as a bundle in `out_dir`; return `out_dir`.
 
@@ -82,6 +87,9 @@ def export_bundle(
     `service.second_order.FULL_RANK_CAP` rows. `metric` defaults to 'frobenius' for those and 'angular' for mean.
     `metric` is the rerank the service runs: 'angular' (MetricBERT's per-field sum, weighted by the field weights)
     or 'recobert' (RecoBERT's four z-normalised scores, weighted by `recobert_lambdas`).
+    `lexical` stores BM25 vectors per field beside the dense ones (candidates from both; `scores` shows them);
+    `fusion` (component weights) fuses them into the rerank's score: the packaged model gets DEFAULT_FUSION, a
+    trained model none until `metricsearch tune` chooses its weights on a catalog.
     `precision` other than fp32 rewrites the graph (export/quantize.py: int8, bf16, fp16) and records its measured
     agreement with fp32 on `catalog`'s texts in the manifest.
     """
@@ -132,6 +140,8 @@ def export_bundle(
                 FieldSpec(name="title", weight=title_weight),
                 FieldSpec(name="description", weight=description_weight),
             ],
+            lexical=LexicalSpec() if lexical else None,
+            fusion=_fusion(fusion, packaged and lexical and metric != "recobert"),
             provenance=Provenance(
                 base_model=base_model or (PACKAGED_BASE_MODEL if packaged else str(model_dir.resolve())),
                 objective=objective,
@@ -172,6 +182,12 @@ def export_bundle(
         time.perf_counter() - started,
     )
     return out_dir
+
+
+def _fusion(weights: dict[str, float] | None, packaged_default: bool) -> FusionSpec | None:
+    if weights is not None:
+        return FusionSpec(weights=weights, chosen_by="given to the export")
+    return FusionSpec(weights=dict(DEFAULT_FUSION), chosen_by=DEFAULT_FUSION_RULE) if packaged_default else None
 
 
 def unsupported_structure(model: SentenceTransformer) -> str | None:

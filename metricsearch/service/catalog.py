@@ -1,5 +1,7 @@
-"""Use cases: index items (embed each field once, store once) and find similar items (ANN candidates from the
-store, then an exact per-field rerank in numpy with the bundle's metric).
+"""Use cases: index items (embed each field once, store once, with its BM25 vectors when the bundle has lexical
+vectors) and find similar items (candidates from the store: ANN, plus the best BM25 matches per field; then an exact
+rerank in numpy with the bundle's metric, fused with BM25 when the bundle says so, normalised with statistics of
+the whole catalog, so a ranking depends neither on k nor on the filter).
 
 A second-order bundle (pooling cov or svd) stores two vectors per item: the packed first-order (mean) vector that
 the ANN search uses, and the per-field factors (F x rank x dim, flattened) that the Frobenius rerank reads back."""
@@ -7,6 +9,7 @@ the ANN search uses, and the per-field factors (F x rank x dim, flattened) that 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -15,6 +18,8 @@ import numpy as np
 from metricsearch.core import scoring, second_order
 from metricsearch.core.bundle import Bundle, Manifest
 from metricsearch.core.errors import InvalidInputError, NotFoundError
+from metricsearch.core.fusion import ComponentStats
+from metricsearch.core.lexical import LexicalFields, SparseVector
 from metricsearch.core.records import Item, Match
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
@@ -22,6 +27,10 @@ from metricsearch.service.store.base import Condition, Store, StoredItem, Vector
 
 ANN_VECTOR = "ann"
 FACTORS_VECTOR = "factors"
+STATS_SAMPLE = 200
+"""Items whose pairs (about 40k) estimate the catalog's component statistics."""
+STATS_REFRESH = 0.2
+"""Writes, as a share of the items counted at the last estimate, after which the statistics are estimated anew."""
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,16 @@ def vector_schema(bundle: Bundle) -> VectorSchema:
     if manifest.pooling != "mean":
         rank = second_order.serving_rank(manifest.pooling, manifest.rank_k)
         sizes[FACTORS_VECTOR] = len(fields) * rank * manifest.encoder.dim
-    return VectorSchema(sizes=sizes, ann=ANN_VECTOR, identity=bundle.identity)
+    lexical = lexical_fields(manifest)
+    sparse = tuple(lexical.names.values()) if lexical else ()
+    return VectorSchema(sizes=sizes, ann=ANN_VECTOR, identity=bundle.identity, sparse=sparse)
+
+
+def lexical_fields(manifest: Manifest) -> LexicalFields | None:
+    spec = manifest.lexical
+    if spec is None:
+        return None
+    return LexicalFields([f.name for f in manifest.fields if f.weight > 0], spec.k1, spec.b, spec.avg_length)
 
 
 class Catalog:
@@ -63,6 +81,11 @@ class Catalog:
         self.rerank = Reranker(manifest)
         self.fields = self.rerank.fields
         self.weights = self.rerank.weights
+        self.lexical = lexical_fields(manifest)
+        self._stats: ComponentStats | None = None
+        self._stats_items = 0
+        self._stats_lock = threading.Lock()
+        self._writes_since_stats = 0
         self._candidates_min = candidates_min
         self._candidates_factor = candidates_factor
         self._on_write = on_write
@@ -101,7 +124,7 @@ class Catalog:
             try:
                 self.store.upsert(records)
             finally:  # a failed upsert may still have written some points
-                self._on_write()
+                self._written(len(records))
         return IndexResult(indexed=len(records), unchanged=unchanged)
 
     def _encode_items(self, items: Sequence[Item], batch_size: int) -> list[StoredItem]:
@@ -136,13 +159,18 @@ class Catalog:
             metadata=dict(item.metadata or {}),
             content_hash=content_hash(item.title, item.description),
             vectors=dict(vectors),
+            sparse=self.lexical.documents(item.title, item.description) if self.lexical else {},
         )
+
+    def _written(self, n: int) -> None:
+        self._writes_since_stats += n
+        self._on_write()
 
     def delete(self, item_id: str) -> None:
         try:
             deleted = self.store.delete([item_id])
         finally:
-            self._on_write()
+            self._written(1)
         if deleted == 0:
             raise NotFoundError(f"no item with id {item_id!r}")
 
@@ -175,6 +203,51 @@ class Catalog:
         factors = self._factors(fields[:, dim:].reshape(-1)) if self.encoder.rank else None
         return FieldVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
 
+    def _lexical(
+        self, terms: dict[str, SparseVector], query_present: np.ndarray, present: np.ndarray, ids: Sequence[str]
+    ) -> dict[str, np.ndarray] | None:
+        """Each candidate's BM25 per field, from the store (its idf is the live catalog's); NaN where either side
+        lacks the field."""
+        if self.lexical is None:
+            return None
+        scores = self.store.lexical_scores(terms, ids)
+        lexical = {}
+        for col, name in enumerate(self.lexical.names.values()):
+            known = present[:, col] & bool(query_present[col]) & (name in terms)
+            lexical[name] = np.where(known, scores.get(name, np.zeros(len(ids))), np.nan)
+        return lexical
+
+    def stats(self) -> ComponentStats:
+        """The catalog's component statistics, estimated on a sample of stored items' pairs and estimated anew after
+        writes of STATS_REFRESH of the catalog."""
+        current = self._stats
+        if current is not None and self._writes_since_stats <= STATS_REFRESH * max(self._stats_items, 1):
+            return current
+        with self._stats_lock:
+            if self._stats is current:  # not estimated anew by another thread meanwhile
+                self._writes_since_stats = 0
+                self._stats_items = self.store.count()
+                self._stats = self._estimate_stats()
+        return self._stats
+
+    def _estimate_stats(self) -> ComponentStats:
+        sample = self.store.sample(STATS_SAMPLE)
+        if len(sample) < 2:
+            return ComponentStats.estimate({})
+        stored = self._stored({name: np.stack([i.vectors[name] for i in sample]) for name in sample[0].vectors})
+        ids = [item.id for item in sample]
+        parts: dict[str, list[np.ndarray]] = {}
+        for n, item in enumerate(sample):
+            query = FieldVectors(
+                stored.fields[n], stored.present[n], None if stored.factors is None else stored.factors[n]
+            )
+            terms = self.lexical.queries(item.title, item.description) if self.lexical else {}
+            lexical = self._lexical(terms, stored.present[n], stored.present, ids)
+            others = np.arange(len(sample)) != n
+            for name, values in self.rerank.metric_scores(query, stored, lexical)[1].items():
+                parts.setdefault(name, []).append(values[others])
+        return ComponentStats.estimate({name: np.concatenate(v) for name, v in parts.items()})
+
     def _stored(self, vectors: dict[str, np.ndarray]) -> FieldVectors:
         """n stored items' vectors as `_encode_items` wrote them, (n, width) each, laid out per field."""
         fields, present = scoring.unpack(vectors[ANN_VECTOR], len(self.fields))
@@ -193,19 +266,33 @@ class Catalog:
             raise NotFoundError(f"no item with id {item_id!r}: index it first, or query by text")
         stored = self._stored({name: vector[None] for name, vector in found.vectors.items()})
         query = FieldVectors(stored.fields[0], stored.present[0], None if stored.factors is None else stored.factors[0])
-        return self.similar(query, k, conditions, [*exclude_ids, item_id])
+        terms = self.lexical.queries(found.title, found.description) if self.lexical else {}
+        return self.similar(query, k, conditions, [*exclude_ids, item_id], terms)
+
+    def query_terms(self, text: str | None, title: str | None, description: str | None) -> dict[str, SparseVector]:
+        """A text query's lexical vectors per field (none for a bundle without lexical vectors)."""
+        return self.lexical.queries(title, description, free_text=text) if self.lexical else {}
 
     def similar(
-        self, query: FieldVectors, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
+        self,
+        query: FieldVectors,
+        k: int,
+        conditions: Sequence[Condition] = (),
+        exclude_ids: Sequence[str] = (),
+        terms: dict[str, SparseVector] | None = None,
     ) -> list[Match]:
+        """The k best by the bundle's rerank among the candidates; `terms`: the query's lexical vectors per field."""
         if k < 1:
             raise InvalidInputError("k must be at least 1")
         ann = scoring.pack(query.fields[None, :, :] * query.present[None, :, None], self.weights)[0]
         limit = max(self._candidates_min, self._candidates_factor * k)
-        found = self.store.search(ann, limit, conditions, exclude_ids)
+        found = self.store.search(ann, limit, conditions, exclude_ids, lexical=terms)
         if not found.listings:
             return []
-        ranked = self.rerank(query, self._stored(found.vectors))
+        candidates = self._stored(found.vectors)
+        lexical = self._lexical(terms or {}, query.present, candidates.present, found.ids)
+        stats = self.stats() if self.rerank.fusion is not None else None
+        ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
         # the text it replaced (a second read of the payloads would allow that).
         matches = []

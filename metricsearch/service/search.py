@@ -67,4 +67,5 @@ class Search:
                 "overloaded: retry shortly"
             ) from None
         vectors = self.catalog.query_vectors_from_texts(encoded, free_text=query.text is not None)
-        return self.catalog.similar(vectors, k, conditions, exclude_ids)
+        terms = self.catalog.query_terms(query.text, query.title, query.description)
+        return self.catalog.similar(vectors, k, conditions, exclude_ids, terms)

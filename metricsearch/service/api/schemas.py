@@ -132,16 +132,25 @@ class SimilarRequest(_Body):
 
 
 class FieldScores(BaseModel):
-    title: float | None = None
-    description: float | None = Field(None, description="null when either item has no description")
+    title: float | None = Field(None, description="the learned metric on the titles: -(angular distance), or S_F")
+    description: float | None = Field(None, description="the same on the descriptions; null when either has none")
+    lexical_title: float | None = Field(
+        None, description="BM25 of the query's title terms in the item's title (bundles with lexical vectors)"
+    )
+    lexical_description: float | None = Field(None, description="the same on descriptions; null when either has none")
 
 
 class SimilarResult(BaseModel):
     id: str
-    score: float = Field(description="-(sum of weighted per-field angular distances); higher is more similar")
+    score: float = Field(
+        description="higher is more similar. Angular bundles: -(weighted sum of per-field angular distances), in "
+        "[-sum of weights, 0]; frobenius: the weighted mean of per-field S_F, in [0, 1]; recobert: the sum of its "
+        "z-normalised scores; fused (bundles with `fusion`): the weighted sum of each component's z-score over the "
+        "catalog's item pairs, 0 for an average pair, unbounded"
+    )
     title: str
     metadata: dict[str, MetadataValue]
-    scores: FieldScores = Field(description="-(angular distance) per field")
+    scores: FieldScores = Field(description="each component of the score, as it is before normalisation")
 
 
 class SimilarResponse(BaseModel):

@@ -148,6 +148,10 @@ class Store(Protocol):
         (sparse query vectors by name), the union of those and the `limit` best by each sparse vector, in one query,
         so an item that only shares a part number with the query is a candidate too."""
 
+    def sample(self, n: int) -> list[StoredItem]:
+        """Up to n items with their vectors, the same ones while the store does not change: the first by point id,
+        which is a hash of the item id, so they are spread over the catalog whatever order it was indexed in."""
+
     def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
         """Each item's score (BM25 with the store's idf) for each named sparse query, aligned with `ids`; 0 where
         an item shares no term with the query or has no such vector."""

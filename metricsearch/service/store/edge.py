@@ -295,6 +295,12 @@ class EdgeStore:
             vectors=vectors,
         )
 
+    def sample(self, n: int) -> list[StoredItem]:
+        request = ScrollRequest(limit=n, with_payload=True, with_vector=list(self._schema.sizes))
+        with self._lock:
+            records, _ = self._shard.scroll(request)
+        return [from_payload(r.payload, r.vector, self._schema.sizes) for r in records]
+
     def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
         named = {name: query for name, query in queries.items() if len(query)}
         scores = {name: np.zeros(len(ids)) for name in queries}

@@ -270,6 +270,13 @@ class RemoteStore:
                 )
         return search_result(response.points, self._schema.sizes)
 
+    def sample(self, n: int) -> list[StoredItem]:
+        with self._serving():
+            records, _ = self._client.scroll(
+                self._collection, limit=n, with_payload=True, with_vectors=list(self._schema.sizes)
+            )
+        return [from_payload(r.payload or {}, r.vector, self._schema.sizes) for r in records]  # type: ignore[arg-type]
+
     def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
         named = {name: query for name, query in queries.items() if len(query)}
         scores = {name: np.zeros(len(ids)) for name in queries}

@@ -80,3 +80,10 @@ def test_lexical_candidates_respect_the_filter(store):
 def test_items_without_terms_or_unknown_ids_score_zero(store):
     scores = store.lexical_scores({"lex_title": query_vector("sony")}, ["i7", "missing", "i0"])["lex_title"]
     assert scores[0] == 0 and scores[1] == 0 and scores[2] > 0
+
+
+def test_a_sample_is_stable_and_carries_dense_vectors(store):
+    first, again = store.sample(5), store.sample(5)
+    assert [i.id for i in first] == [i.id for i in again] and len(first) == 5
+    assert all(item.vectors["ann"].shape == (8,) and not item.sparse for item in first)
+    assert len(store.sample(100)) == len(TITLES)

@@ -1,0 +1,90 @@
+"""The hybrid rerank in the service: a part-number-only match is a candidate and ranks, `scores` explains each
+component, and the fused ranking depends neither on k nor on the filter, since it is normalised with statistics of
+the whole catalog."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from metricsearch.core.fusion import DEFAULT_FUSION
+from metricsearch.core.records import Item
+from metricsearch.service.config import Settings
+from metricsearch.service.runtime import build_runtime
+from metricsearch.service.store.base import Equals
+
+WORDS = [
+    "red",
+    "blue",
+    "green",
+    "cotton",
+    "linen",
+    "wool",
+    "shirt",
+    "hat",
+    "scarf",
+    "sock",
+    "boot",
+    "lamp",
+    "kettle",
+    "mug",
+    "chair",
+    "desk",
+]
+
+
+def catalog_items(n: int, seed: int = 0) -> list[Item]:
+    rng = np.random.default_rng(seed)
+    items = []
+    for i in range(n):
+        title = " ".join(rng.choice(WORDS, size=4)) + f" model{i % 7}"
+        description = " ".join(rng.choice(WORDS, size=10)) if i % 5 else ""
+        items.append(Item(f"i{i}", title, description, {"shop": "a" if i % 2 else "b"}))
+    return items
+
+
+@pytest.fixture
+def hybrid(tiny_bundle, tmp_path):
+    bundle = tmp_path / "hybrid"
+    shutil.copytree(tiny_bundle, bundle)
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    assert manifest["lexical"] is not None  # every export stores lexical vectors
+    manifest["fusion"] = {"weights": DEFAULT_FUSION, "chosen_by": "test"}
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", candidates_min=10))
+    runtime.catalog.index(catalog_items(120))
+    yield runtime.catalog
+    runtime.close()
+
+
+def test_a_match_that_only_shares_a_part_number_is_found(hybrid):
+    hybrid.index([Item("target", "zq kettle PS-LX350H", ""), Item("query", "vintage PSLX350H", "")])
+    results = hybrid.similar_to_item("query", 5)
+    assert results[0].id == "target"
+    assert results[0].field_scores["lexical_title"] > 0
+    assert set(results[0].field_scores) == {"title", "description", "lexical_title", "lexical_description"}
+    assert results[0].field_scores["description"] is None and results[0].field_scores["lexical_description"] is None
+
+
+def test_fused_ranking_does_not_depend_on_k_or_the_filter(hybrid):
+    for query in ("i3", "i10", "i41"):
+        top10 = [m.id for m in hybrid.similar_to_item(query, 10)]
+        assert [m.id for m in hybrid.similar_to_item(query, 60)][:10] == top10
+        filtered = [m.id for m in hybrid.similar_to_item(query, 60, [Equals("shop", "a")])]
+        shop_a = [i for i in top10 if int(i[1:]) % 2]
+        assert filtered[: len(shop_a)] == shop_a
+
+
+def test_statistics_are_estimated_anew_after_the_catalog_grows(hybrid):
+    first = hybrid.stats()
+    assert hybrid.stats() is first
+    hybrid.index(catalog_items(200, seed=1)[120:])
+    assert hybrid.stats() is not first and set(first.mean) == {
+        "title",
+        "description",
+        "lexical_title",
+        "lexical_description",
+    }
