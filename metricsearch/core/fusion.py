@@ -8,12 +8,16 @@ rerank compares such an item on its title."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from metricsearch.core.records import point_id
+
 EPS = 1e-9
+STATS_SAMPLE = 200
+"""Items whose pairs (about 40k) estimate a catalog's component statistics."""
 DEFAULT_FUSION = {"title": 1.0, "description": 1.0, "lexical_title": 1.0, "lexical_description": 1.0}
 DEFAULT_FUSION_RULE = "equal weights (placeholder until measured)"
 """The packaged model's fusion weights and the rule that chose them (EVALUATION.md, "Hybrid")."""
@@ -41,6 +45,12 @@ class ComponentStats:
         return cls(mean, std, pairs)
 
 
+def stats_sample(ids: Sequence[str], n: int = STATS_SAMPLE) -> list[int]:
+    """Positions of the items whose pairs estimate the statistics: the first n by point id, as a store's scroll
+    returns them, so the service and an in-process evaluation sample the same items of the same catalog."""
+    return sorted(range(len(ids)), key=lambda i: point_id(ids[i]))[:n]
+
+
 def zscores(components: Mapping[str, np.ndarray], stats: ComponentStats) -> dict[str, np.ndarray]:
     """Each component's z-score; a missing description's take the title's."""
     z = {
@@ -57,7 +67,7 @@ def fuse(components: Mapping[str, np.ndarray], stats: ComponentStats, weights: M
     """sum_c w_c z_c over the weighted components: 0 is the catalog's average pair, each unit one standard
     deviation of a component; higher is more similar."""
     z = zscores({name: components[name] for name, w in weights.items() if w > 0 and name in components}, stats)
-    total = np.zeros(len(next(iter(components.values()))) if components else 0)
+    total = np.zeros(np.shape(next(iter(components.values()))) if components else 0)
     for name, values in z.items():
         total += weights[name] * values
     return total

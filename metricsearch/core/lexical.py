@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from metricsearch.core.bundle import Manifest
+
 ANALYZER = "words+joined-part-numbers/v1"
 _PIECES = re.compile(r"[^\W_]+")
 
@@ -144,3 +146,11 @@ class LexicalFields:
             for field, name in self.names.items()
             if free_text is not None or (texts[field] or "").strip()
         }
+
+
+def lexical_fields(manifest: Manifest) -> LexicalFields | None:
+    """The bundle's lexical fields: the fields it embeds, with its BM25 parameters; None without lexical vectors."""
+    spec = manifest.lexical
+    if spec is None:
+        return None
+    return LexicalFields([f.name for f in manifest.fields if f.weight > 0], spec.k1, spec.b, spec.avg_length)

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 MetadataValue = str | int | float | bool | list[str]
+ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://metricsearch/item")
+"""Point ids derive from it: changing it orphans every stored point."""
+
+
+def point_id(item_id: str) -> str:
+    """An item's point id in every store: Qdrant (and qdrant-edge) accept only integer or UUID point ids (the
+    external id stays in the payload); a hash, so the order of point ids is spread over any catalog."""
+    return str(uuid.uuid5(ID_NAMESPACE, item_id))
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,10 @@ import numpy as np
 from tqdm import tqdm
 
 from metricsearch.core import scoring
-from metricsearch.core.bundle import FieldSpec, load_bundle
+from metricsearch.core.bundle import FieldSpec, LexicalSpec, load_bundle
 from metricsearch.core.errors import InvalidInputError
+from metricsearch.core.fusion import ComponentStats, fuse, stats_sample
+from metricsearch.core.lexical import LexicalFields, SparseVector, document_frequencies, idf, lexical_fields
 from metricsearch.core.records import Item
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
@@ -23,7 +25,7 @@ from metricsearch.evaluation.datasets import EvalData
 
 Inference = Literal["served", "metric-two", "mean"]
 INFERENCES: tuple[Inference, ...] = ("served", "metric-two", "mean")
-BASELINES = ("tfidf", "lda", "mean", "metric-two")
+BASELINES = ("tfidf", "bm25", "lda", "mean", "metric-two")
 HTTP_MAX_K = 100  # the service's largest k
 
 
@@ -57,8 +59,10 @@ class BundleScorer:
         served = self.manifest
         if inference != "served":  # per-field angular (1, 1), whatever the bundle serves
             fields = [FieldSpec(name="title", weight=1.0), FieldSpec(name="description", weight=1.0)]
-            served = served.model_copy(update={"metric": "angular", "fields": fields})
+            update = {"metric": "angular", "fields": fields, "lexical": None, "fusion": None}
+            served = served.model_copy(update=update)
         self.rerank = Reranker(served)
+        self.lexical = lexical_fields(served)
         self.weights, self.metric = self.rerank.weights, self.rerank.metric
         self.label = {
             "served": f"{self.manifest.name}, served: {self._served_name()}",
@@ -70,6 +74,9 @@ class BundleScorer:
     def _served_name(self) -> str:
         if self.manifest.metric == "recobert":
             return f"RecoBERT fusion {tuple(self.manifest.recobert_lambdas)}"
+        if self.rerank.fusion is not None:
+            weights = ", ".join(f"{name} {w:g}" for name, w in self.rerank.fusion.items())
+            return f"{self.manifest.metric} fused with BM25 ({weights})"
         weights = ", ".join(f"{w:g}" for w in self.weights)
         metric = self.manifest.metric
         if metric == "frobenius":
@@ -96,16 +103,63 @@ class BundleScorer:
         candidates = FieldVectors(stored, stored_present, stored_factors)
         # A query that is not a candidate is encoded, not packed, as /similar {"title", "description"} does.
         encoded = dict(zip(outside, self._field_encodings([data.queries[i] for i in outside]), strict=True))
-        rows = []
-        for i, own in enumerate(tqdm(data.own_index, desc="scoring", unit="query", leave=False)):
+        queries = []
+        for i, own in enumerate(data.own_index):
             if own is not None:  # by id: the item's stored vectors, as /similar {"id"} does
-                fields, present, factors = stored[own], stored_present[own], stored_factors[own]
+                queries.append(FieldVectors(stored[own], stored_present[own], stored_factors[own]))
             else:
                 vectors = encoded[i][:, :dim]
                 fields, present = scoring.normalize_rows(vectors), np.linalg.norm(vectors, axis=-1) > 0
-                factors = self._factors(encoded[i][None])[0]
-            rows.append(self.rerank(FieldVectors(fields, present, factors), candidates).scores)
-        return np.stack(rows)
+                queries.append(FieldVectors(fields, present, self._factors(encoded[i][None])[0]))
+        lexical = self._lexical(data.queries, [q.present for q in queries], data.candidates, stored_present)
+        if self.rerank.fusion is None:
+            return np.stack([self.rerank(q, candidates, _row(lexical, i)).scores for i, q in enumerate(queries)])
+        stats = self._stats(data.candidates, candidates)
+        return fuse(self.components(queries, candidates, lexical), stats, self.rerank.fusion)
+
+    def components(
+        self, queries: Sequence[FieldVectors], candidates: FieldVectors, lexical: dict[str, np.ndarray] | None
+    ) -> dict[str, np.ndarray]:
+        """Every component of every (query, candidate) pair, (queries, candidates) each."""
+        rows: dict[str, list[np.ndarray]] = {}
+        for i, query in enumerate(tqdm(queries, desc="scoring", unit="query", leave=False)):
+            for name, values in self.rerank.metric_scores(query, candidates, _row(lexical, i))[1].items():
+                rows.setdefault(name, []).append(values)
+        return {name: np.stack(values) for name, values in rows.items()}
+
+    def _lexical(
+        self,
+        queries: Sequence[Item],
+        query_present: Sequence[np.ndarray],
+        candidates: Sequence[Item],
+        present: np.ndarray,
+    ) -> dict[str, np.ndarray] | None:
+        """BM25 of every query against every candidate per field, idf over the candidates (the service's is over
+        its whole store); NaN where either side lacks the field."""
+        if self.lexical is None:
+            return None
+        documents = [self.lexical.documents(c.title, c.description) for c in candidates]
+        out = {}
+        for col, name in enumerate(self.lexical.names.values()):
+            terms = [self.lexical.queries(q.title, q.description).get(name) for q in queries]
+            matrix = bm25_matrix([t or SparseVector.empty() for t in terms], [d[name] for d in documents])
+            asked = [bool(p[col]) and t is not None for p, t in zip(query_present, terms, strict=True)]
+            out[name] = np.where(np.outer(asked, present[:, col]), matrix, np.nan)
+        return out
+
+    def _stats(self, items: Sequence[Item], stored: FieldVectors) -> ComponentStats:
+        """The catalog's component statistics as the service estimates them: pairs among the same sample."""
+        sample = stats_sample([item.id for item in items])
+        picked = FieldVectors(stored.fields[sample], stored.present[sample], stored.factors[sample])
+        lexical = self._lexical([items[j] for j in sample], list(picked.present), items, stored.present)
+        parts: dict[str, list[np.ndarray]] = {}
+        for n in range(len(sample)):
+            query = FieldVectors(picked.fields[n], picked.present[n], picked.factors[n])
+            among = {name: m[n, sample] for name, m in (lexical or {}).items()}
+            others = np.arange(len(sample)) != n
+            for name, values in self.rerank.metric_scores(query, picked, among or None)[1].items():
+                parts.setdefault(name, []).append(values[others])
+        return ComponentStats.estimate({name: np.concatenate(v) for name, v in parts.items()})
 
     def _field_encodings(self, items: Sequence[Item]) -> np.ndarray:
         """(n, F, width) title (and description) encodings, zeros for a blank field, as Catalog.index encodes:
@@ -121,6 +175,46 @@ class BundleScorer:
     def _factors(self, encodings: np.ndarray) -> np.ndarray:
         """(n, F, rank, dim) factors of (n, F, width) encodings; rank 0 for a mean-pooled bundle."""
         return encodings[..., self.encoder.dim :].reshape(*encodings.shape[:2], self.encoder.rank, self.encoder.dim)
+
+
+def _row(lexical: dict[str, np.ndarray] | None, i: int) -> dict[str, np.ndarray] | None:
+    return None if lexical is None else {name: matrix[i] for name, matrix in lexical.items()}
+
+
+def bm25_matrix(queries: Sequence[SparseVector], documents: Sequence[SparseVector]) -> np.ndarray:
+    """(queries, documents) BM25 with idf over the documents: core.lexical.bm25_scores as one sparse product."""
+    from scipy.sparse import csr_matrix
+
+    frequencies, n_documents = document_frequencies(documents)
+    terms = sorted({int(t) for v in (*queries, *documents) for t in v.indices})
+    column = {t: j for j, t in enumerate(terms)}
+
+    def matrix(vectors: Sequence[SparseVector], values) -> csr_matrix:
+        rows = np.repeat(np.arange(len(vectors)), [len(v) for v in vectors])
+        cols = [column[int(t)] for v in vectors for t in v.indices]
+        data = np.concatenate([values(v) for v in vectors]) if vectors else np.zeros(0)
+        return csr_matrix((data, (rows, cols)), shape=(len(vectors), len(terms)))
+
+    query_matrix = matrix(
+        queries, lambda v: idf(np.array([frequencies.get(int(t), 0) for t in v.indices]), n_documents)
+    )
+    return np.asarray((query_matrix @ matrix(documents, lambda v: v.values.astype(np.float64)).T).todense())
+
+
+class Bm25Scorer:
+    """BM25 alone, per field (title to title, description to description) summed, with the bundles' analyzer."""
+
+    label = "BM25 (title + description fields)"
+    how = "core/lexical.py analyzer, k1 1.2, b 0.75, idf over the candidates"
+
+    def scores(self, data: EvalData) -> np.ndarray:
+        fields = LexicalFields(["title", "description"], 1.2, 0.75, LexicalSpec().avg_length)
+        documents = [fields.documents(c.title, c.description) for c in data.candidates]
+        total = np.zeros((len(data.queries), len(data.candidates)))
+        for name in fields.names.values():
+            terms = [fields.queries(q.title, q.description).get(name) or SparseVector.empty() for q in data.queries]
+            total += bm25_matrix(terms, [d[name] for d in documents])
+        return total
 
 
 class TfidfScorer:
@@ -285,6 +379,8 @@ def baseline_scorers(names: Sequence[str], base_bundle: Path, seed: int = 13) ->
     for name in names:
         if name == "tfidf":
             made[name] = TfidfScorer()
+        elif name == "bm25":
+            made[name] = Bm25Scorer()
         elif name == "lda":
             made[name] = LdaScorer(seed=seed)
         else:

@@ -18,8 +18,8 @@ import numpy as np
 from metricsearch.core import scoring, second_order
 from metricsearch.core.bundle import Bundle, Manifest
 from metricsearch.core.errors import InvalidInputError, NotFoundError
-from metricsearch.core.fusion import ComponentStats
-from metricsearch.core.lexical import LexicalFields, SparseVector
+from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats
+from metricsearch.core.lexical import SparseVector, lexical_fields
 from metricsearch.core.records import Item, Match
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
@@ -27,8 +27,6 @@ from metricsearch.service.store.base import Condition, Store, StoredItem, Vector
 
 ANN_VECTOR = "ann"
 FACTORS_VECTOR = "factors"
-STATS_SAMPLE = 200
-"""Items whose pairs (about 40k) estimate the catalog's component statistics."""
 STATS_REFRESH = 0.2
 """Writes, as a share of the items counted at the last estimate, after which the statistics are estimated anew."""
 
@@ -54,13 +52,6 @@ def vector_schema(bundle: Bundle) -> VectorSchema:
     lexical = lexical_fields(manifest)
     sparse = tuple(lexical.names.values()) if lexical else ()
     return VectorSchema(sizes=sizes, ann=ANN_VECTOR, identity=bundle.identity, sparse=sparse)
-
-
-def lexical_fields(manifest: Manifest) -> LexicalFields | None:
-    spec = manifest.lexical
-    if spec is None:
-        return None
-    return LexicalFields([f.name for f in manifest.fields if f.weight > 0], spec.k1, spec.b, spec.avg_length)
 
 
 class Catalog:

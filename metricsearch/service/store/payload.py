@@ -4,17 +4,14 @@ metadata paths filters use, the result matrices and the schema check that refuse
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
 
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError
+from metricsearch.core.records import point_id
 from metricsearch.service.store.base import Listing, SearchResult, StoredItem, VectorSchema
-
-ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://metricsearch/item")
-"""Point ids derive from it: changing it orphans every stored point."""
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -30,11 +27,6 @@ class Hit(Protocol):
 
     @property
     def vector(self) -> Any: ...
-
-
-def point_id(item_id: str) -> str:
-    """Qdrant (and qdrant-edge) accept only integer or UUID point ids; the external id stays in the payload."""
-    return str(uuid.uuid5(ID_NAMESPACE, item_id))
 
 
 def to_payload(item: StoredItem) -> dict[str, Any]:

@@ -1,0 +1,56 @@
+"""Evaluate what you serve: a fused bundle scored in-process by the evaluation gives the scores the service's own
+catalog gives for the same items (the same BM25, idf, statistics sample and fusion)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+
+from metricsearch.core.fusion import DEFAULT_FUSION
+from metricsearch.core.records import Item
+from metricsearch.evaluation import BundleScorer, EvalData
+from metricsearch.service.config import Settings
+from metricsearch.service.runtime import build_runtime
+from tests.service.test_hybrid import catalog_items
+
+
+def test_in_process_fused_scores_equal_the_services(tiny_bundle, tmp_path):
+    bundle = tmp_path / "hybrid"
+    shutil.copytree(tiny_bundle, bundle)
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    manifest["fusion"] = {"weights": {**DEFAULT_FUSION, "description": 0.5}, "chosen_by": "test"}
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    items = catalog_items(60)
+    runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", candidates_min=100))
+    try:
+        runtime.catalog.index(items)
+        served = {q: {m.id: m.score for m in runtime.catalog.similar_to_item(q, 100)} for q in ("i1", "i5", "i8")}
+    finally:
+        runtime.close()
+
+    position = {item.id: n for n, item in enumerate(items)}
+    queries = [items[position[q]] for q in served]
+    data = EvalData(
+        task="annotated",
+        source="test",
+        queries=queries,
+        candidates=items,
+        relevant=[[0]] * len(queries),
+        own_index=[position[q.id] for q in queries],
+    )
+    scores = BundleScorer(bundle).scores(data)
+    for row, (query, answers) in enumerate(served.items()):
+        assert len(answers) == len(items) - 1
+        for item_id, score in answers.items():
+            np.testing.assert_allclose(scores[row, position[item_id]], score, rtol=1e-4, atol=1e-4, err_msg=query)
+
+
+def test_bm25_baseline_finds_a_part_number(tmp_path):
+    from metricsearch.evaluation import baseline_scorers
+
+    (scorer,) = baseline_scorers(["bm25"], tmp_path)
+    candidates = [Item("a", "kettle PS-LX350H"), Item("b", "kettle steel"), Item("c", "mug")]
+    data = EvalData("catalog-match", "t", [Item("q", "PSLX350H kettle")], candidates, [[0]], [None])
+    assert np.argmax(scorer.scores(data)[0]) == 0
