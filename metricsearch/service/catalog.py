@@ -272,7 +272,8 @@ class Catalog:
         exclude_ids: Sequence[str] = (),
         terms: dict[str, SparseVector] | None = None,
     ) -> list[Match]:
-        """The k best by the bundle's rerank among the candidates; `terms`: the query's lexical vectors per field."""
+        """The k best by the bundle's rerank among the candidates; `terms`: the query's lexical vectors per field
+        (None: no lexical candidates or components, which a fused bundle cannot rank without)."""
         if k < 1:
             raise InvalidInputError("k must be at least 1")
         ann = scoring.pack(query.fields[None, :, :] * query.present[None, :, None], self.weights)[0]
@@ -281,7 +282,7 @@ class Catalog:
         if not found.listings:
             return []
         candidates = self._stored(found.vectors)
-        lexical = self._lexical(terms or {}, query.present, candidates.present, found.ids)
+        lexical = None if terms is None else self._lexical(terms, query.present, candidates.present, found.ids)
         stats = self.stats() if self.rerank.fusion is not None else None
         ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
