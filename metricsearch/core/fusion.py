@@ -4,7 +4,8 @@ on every catalog, and the ranking depends neither on k nor on the filter (statis
 Pure numpy, no I/O.
 
 A missing description (either side) leaves its components NaN; they take the title's z-score, as the angular
-rerank compares such an item on its title."""
+rerank compares such an item on its title. A component still unknown (a query with no term at all) is 0, an average
+pair: no evidence either way, and never a NaN that would sort anywhere."""
 
 from __future__ import annotations
 
@@ -59,8 +60,9 @@ def zscores(components: Mapping[str, np.ndarray], stats: ComponentStats) -> dict
     }
     for name, title in TITLE_OF.items():
         if name in z and title in z:
-            z[name] = np.where(np.isfinite(z[name]), z[name], z[title])
-    return z
+            z[name] = np.where(np.isnan(z[name]), z[title], z[name])
+    # Still unknown (a query without a single term): no evidence either way, an average pair's 0.
+    return {name: np.nan_to_num(values, nan=0.0) for name, values in z.items()}
 
 
 def fuse(components: Mapping[str, np.ndarray], stats: ComponentStats, weights: Mapping[str, float]) -> np.ndarray:

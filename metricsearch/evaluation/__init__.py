@@ -5,6 +5,7 @@ from metricsearch.evaluation.datasets import EvalData, read_task, split_halves
 from metricsearch.evaluation.harness import ModelResult, evaluate
 from metricsearch.evaluation.report import compare_tables, describe, load_run, markdown_table, plot_runs, write_run
 from metricsearch.evaluation.scorers import (
+    Bm25Scorer,
     BundleScorer,
     HttpScorer,
     LdaScorer,
@@ -12,8 +13,10 @@ from metricsearch.evaluation.scorers import (
     TfidfScorer,
     baseline_scorers,
 )
+from metricsearch.evaluation.tuning import Tuned, tune
 
 __all__ = [
+    "Bm25Scorer",
     "BundleScorer",
     "EvalData",
     "HttpScorer",
@@ -21,6 +24,7 @@ __all__ = [
     "ModelResult",
     "Scorer",
     "TfidfScorer",
+    "Tuned",
     "baseline_scorers",
     "compare_tables",
     "describe",
@@ -30,5 +34,6 @@ __all__ = [
     "plot_runs",
     "read_task",
     "split_halves",
+    "tune",
     "write_run",
 ]

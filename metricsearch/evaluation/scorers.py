@@ -94,6 +94,16 @@ class BundleScorer:
                 if own is not None:
                     queries[i] = candidates[own]
             return queries @ candidates.T
+        queries, candidates, lexical = self.prepare(data)
+        if self.rerank.fusion is None:
+            return np.stack([self.rerank(q, candidates, _row(lexical, i)).scores for i, q in enumerate(queries)])
+        stats = self.stats(data.candidates, candidates)
+        return fuse(self.components(queries, candidates, lexical), stats, self.rerank.fusion)
+
+    def prepare(self, data: EvalData) -> tuple[list[FieldVectors], FieldVectors, dict[str, np.ndarray] | None]:
+        """The task's queries and candidates as the service holds them, and each pair's BM25 per field."""
+        dim = self.encoder.dim
+        outside = [i for i, own in enumerate(data.own_index) if own is None]
         encoded_candidates = self._field_encodings(data.candidates)
         # As stored: packed into the ANN vector and unpacked again, exactly what the service reranks.
         stored, stored_present = scoring.unpack(
@@ -112,10 +122,7 @@ class BundleScorer:
                 fields, present = scoring.normalize_rows(vectors), np.linalg.norm(vectors, axis=-1) > 0
                 queries.append(FieldVectors(fields, present, self._factors(encoded[i][None])[0]))
         lexical = self._lexical(data.queries, [q.present for q in queries], data.candidates, stored_present)
-        if self.rerank.fusion is None:
-            return np.stack([self.rerank(q, candidates, _row(lexical, i)).scores for i, q in enumerate(queries)])
-        stats = self._stats(data.candidates, candidates)
-        return fuse(self.components(queries, candidates, lexical), stats, self.rerank.fusion)
+        return queries, candidates, lexical
 
     def components(
         self, queries: Sequence[FieldVectors], candidates: FieldVectors, lexical: dict[str, np.ndarray] | None
@@ -147,7 +154,7 @@ class BundleScorer:
             out[name] = np.where(np.outer(asked, present[:, col]), matrix, np.nan)
         return out
 
-    def _stats(self, items: Sequence[Item], stored: FieldVectors) -> ComponentStats:
+    def stats(self, items: Sequence[Item], stored: FieldVectors) -> ComponentStats:
         """The catalog's component statistics as the service estimates them: pairs among the same sample."""
         sample = stats_sample([item.id for item in items])
         picked = FieldVectors(stored.fields[sample], stored.present[sample], stored.factors[sample])

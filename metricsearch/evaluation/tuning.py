@@ -1,0 +1,138 @@
+"""`metricsearch tune`: choose a bundle's fusion weights for a catalog, without labels.
+
+Pseudo-queries come from the catalog itself: a sample of its items, each as another shop would describe it (a
+title variant from core/augment.py: generic words dropped, part numbers re-hyphenated, order shuffled; and half of
+its description's words), whose one relevant item is the item it was made from. The weights that rank those best
+(MRR over a grid) are written into the bundle's manifest, with how they were chosen. With labelled pairs (ids of
+the catalog: each left item's matches), those rank instead. Either way the components are z-normalised with the
+catalog's statistics as the service computes them, so the weights mean the same wherever the bundle is served.
+
+Written by hand: the grid search is a few lines over precomputed z-score matrices.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from metricsearch.core.augment import title_variant
+from metricsearch.core.bundle import FusionSpec, load_bundle, write_manifest
+from metricsearch.core.errors import InvalidInputError
+from metricsearch.core.fusion import zscores
+from metricsearch.core.readers import read_catalog_list, records
+from metricsearch.core.records import Item
+from metricsearch.evaluation.datasets import EvalData
+from metricsearch.evaluation.scorers import BundleScorer
+
+GRID = (0.0, 0.5, 1.0, 2.0)
+"""Weights tried for each component; a grid of 4 values over 4 components is 255 weightings (all-zero left out)."""
+PSEUDO_QUERIES = 400
+MAX_RANK = 100  # ranks past the service's largest k count as 0 in MRR, as the evaluation's HTTP runs do
+
+
+@dataclass(frozen=True)
+class Tuned:
+    weights: dict[str, float]
+    mrr: float
+    default_mrr: float
+    queries: int
+    chosen_by: str
+
+
+def pseudo_queries(items: Sequence[Item], n: int, seed: int) -> tuple[list[Item], list[int]]:
+    """n items (all, if fewer) rewritten as another shop might list them, and the index of each one's source."""
+    rng = np.random.default_rng(seed)
+    picked = sorted(rng.choice(len(items), size=min(n, len(items)), replace=False).tolist())
+
+    def uniform(k: int) -> list[float]:
+        return rng.random(k).tolist()
+
+    queries = []
+    for i in picked:
+        item = items[i]
+        words = item.description.split()
+        kept = [w for w, draw in zip(words, uniform(len(words)), strict=True) if draw < 0.5]
+        queries.append(Item(f"pseudo-{item.id}", title_variant(item.title, uniform), " ".join(kept)))
+    return queries, picked
+
+
+def labelled_queries(items: Sequence[Item], pairs: Path) -> tuple[list[Item], list[list[int]]]:
+    """Each left item of the pairs file (left_id, right_id: ids of the catalog) and its matches."""
+    position = {item.id: n for n, item in enumerate(items)}
+    matches: dict[int, list[int]] = {}
+    for where, row in records(pairs, ("left_id", "right_id")):
+        for column in ("left_id", "right_id"):
+            if row[column] not in position:
+                raise InvalidInputError(f"{where}: {column} {row[column]!r} is not an id of the catalog")
+        matches.setdefault(position[row["left_id"]], []).append(position[row["right_id"]])
+    if not matches:
+        raise InvalidInputError(f"{pairs}: has no pairs")
+    return [items[i] for i in matches], list(matches.values())
+
+
+def weightings(names: Sequence[str]) -> list[dict[str, float]]:
+    return [dict(zip(names, w, strict=True)) for w in itertools.product(GRID, repeat=len(names)) if any(w)]
+
+
+def relevance_mask(relevant: Sequence[Sequence[int]], n_candidates: int) -> np.ndarray:
+    mask = np.zeros((len(relevant), n_candidates), dtype=bool)
+    for row, positions in enumerate(relevant):
+        mask[row, list(positions)] = True
+    return mask
+
+
+def mrr(z: dict[str, np.ndarray], weights: dict[str, float], relevant: np.ndarray, others: np.ndarray) -> float:
+    """MRR of the weighted z-sum, each query's best relevant candidate ranked pessimistically (ties count against
+    it, as core.ranking.pessimistic_rank), 0 past MAX_RANK; `relevant` is a (queries, candidates) mask, `others`
+    masks out a query's own item (a stored item is never its own result)."""
+    total = sum(w * z[name] for name, w in weights.items() if w > 0)
+    best = np.where(relevant, total, -np.inf).max(axis=1)
+    ranks = 1 + ((total >= best[:, None]) & ~relevant & others).sum(axis=1)
+    return float(np.where(ranks <= MAX_RANK, 1.0 / ranks, 0.0).mean())
+
+
+def tune(
+    catalog: Path, bundle: Path, *, pairs: Path | None = None, queries: int = PSEUDO_QUERIES, seed: int = 13
+) -> Tuned:
+    """Choose the fusion weights of `bundle` for `catalog` and write them into its manifest."""
+    loaded = load_bundle(bundle)
+    if loaded.manifest.lexical is None or loaded.manifest.metric == "recobert":
+        raise InvalidInputError(
+            f"{bundle}: tuning fuses the learned metric with BM25, which needs a bundle with lexical vectors and "
+            "metric 'angular' or 'frobenius': re-export it with this version's `metricsearch export`"
+        )
+    items = read_catalog_list(catalog)
+    if len(items) < 10:
+        raise InvalidInputError(f"{catalog}: has {len(items)} items; tuning needs at least 10 to rank")
+    if pairs is None:
+        asked, sources = pseudo_queries(items, queries, seed)
+        data = EvalData("catalog-match", str(catalog), asked, items, [[s] for s in sources], [None] * len(asked))
+        how = f"pseudo-queries: title variants and half-descriptions of {len(asked)} items of {Path(catalog).name}"
+    else:
+        asked, relevant = labelled_queries(items, pairs)
+        own = [items.index(q) for q in asked]
+        data = EvalData("catalog-match", str(catalog), asked, items, relevant, own)
+        how = f"labelled pairs {Path(pairs).name}: {len(asked)} queries over {Path(catalog).name}"
+    scorer = BundleScorer(bundle)
+    prepared_queries, candidates, lexical = scorer.prepare(data)
+    z = zscores(scorer.components(prepared_queries, candidates, lexical), scorer.stats(items, candidates))
+    # Without a single description the description weights cannot be told apart from the title's: they stay 0.
+    described = any(item.description.strip() for item in items)
+    names = [n for n in ("title", "description", "lexical_title", "lexical_description") if n in z]
+    names = [n for n in names if described or "description" not in n]
+    relevant = relevance_mask(data.relevant, len(items))
+    others = ~relevance_mask([[] if own is None else [own] for own in data.own_index], len(items))
+    scored = [(mrr(z, w, relevant, others), w) for w in tqdm(weightings(names), desc="weightings", leave=False)]
+    best_mrr, best = max(scored, key=lambda pair: pair[0])
+    current = dict(loaded.manifest.fusion.weights) if loaded.manifest.fusion else dict.fromkeys(names, 1.0)
+    before = mrr(z, {n: w for n, w in current.items() if n in z}, relevant, others)
+    chosen_by = f"metricsearch tune, {how}: MRR {best_mrr:.3f} (was {before:.3f})"
+    manifest = loaded.manifest.model_copy(update={"fusion": FusionSpec(weights=best, chosen_by=chosen_by)})
+    write_manifest(manifest, loaded.path)
+    load_bundle(bundle)  # what was written validates
+    return Tuned(best, best_mrr, before, len(asked), chosen_by)

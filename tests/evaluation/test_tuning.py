@@ -1,0 +1,84 @@
+"""`metricsearch tune`: weights chosen on the catalog's own pseudo-queries (no labels read) or on labelled pairs,
+written into the bundle and read back by the service's rerank; bad catalogs give clear errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pytest
+
+from metricsearch.core.bundle import load_bundle
+from metricsearch.core.errors import InvalidInputError
+from metricsearch.core.rerank import Reranker
+from metricsearch.evaluation import tuning
+from metricsearch.evaluation.tuning import pseudo_queries, tune
+from tests.service.test_hybrid import catalog_items
+
+
+def write_catalog(path, items):
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "title", "description"])
+        writer.writerows([i.id, i.title, i.description] for i in items)
+    return path
+
+
+@pytest.fixture
+def bundle(tiny_bundle, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle, copy)
+    return copy
+
+
+def test_weights_are_written_into_the_bundle_and_served(bundle, tmp_path, monkeypatch):
+    catalog = write_catalog(tmp_path / "c.csv", catalog_items(80))
+
+    def no_labels(*args, **kwargs):
+        raise AssertionError("tune without --pairs read a labelled file")
+
+    monkeypatch.setattr(tuning, "records", no_labels)
+    tuned = tune(catalog, bundle, queries=40)
+    manifest = load_bundle(bundle).manifest
+    assert manifest.fusion is not None and manifest.fusion.weights == tuned.weights
+    assert "pseudo-queries" in manifest.fusion.chosen_by and tuned.queries == 40
+    assert Reranker(manifest).fusion == tuned.weights
+    assert tuned.mrr >= tuned.default_mrr  # the grid holds the weights it started from
+
+
+def test_labelled_pairs_rank_instead(bundle, tmp_path):
+    items = catalog_items(40)
+    catalog = write_catalog(tmp_path / "c.csv", items)
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("left_id,right_id\ni0,i1\ni2,i3\n")
+    tuned = tune(catalog, bundle, pairs=pairs)
+    assert tuned.queries == 2 and "labelled pairs" in load_bundle(bundle).manifest.fusion.chosen_by
+    pairs.write_text("left_id,right_id\ni0,nope\n")
+    with pytest.raises(InvalidInputError, match=r"pairs\.csv:2: right_id 'nope' is not an id of the catalog"):
+        tune(catalog, bundle, pairs=pairs)
+
+
+def test_a_catalog_without_descriptions_leaves_their_weights_at_zero(bundle, tmp_path):
+    items = [type(i)(i.id, i.title, "") for i in catalog_items(30)]
+    tuned = tune(write_catalog(tmp_path / "c.csv", items), bundle, queries=20)
+    assert tuned.weights.get("description", 0) == 0 and tuned.weights.get("lexical_description", 0) == 0
+
+
+@pytest.mark.parametrize(("content", "message"), [("id,title\n", "has no items"), ("id,title\n1,a\n", "at least 10")])
+def test_bad_catalogs_are_refused(bundle, tmp_path, content, message):
+    catalog = tmp_path / "bad.csv"
+    catalog.write_text(content)
+    with pytest.raises(InvalidInputError, match=message):
+        tune(catalog, bundle)
+    assert json.loads((bundle / "bundle.json").read_text()).get("fusion") is None  # nothing written
+
+
+def test_pseudo_queries_keep_part_numbers_and_are_reproducible():
+    items = catalog_items(20)
+    first, sources = pseudo_queries(items, 5, seed=1)
+    again, _ = pseudo_queries(items, 5, seed=1)
+    assert first == again and len(set(sources)) == 5
+    for query, source in zip(first, sources, strict=True):
+        number = items[source].title.split()[-1]  # "model<n>": a part number
+        assert number in query.title.replace("-", "")
