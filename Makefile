@@ -23,7 +23,7 @@ $(VENV)/.dev-installed: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.serve-installed
 
 $(BUNDLE)/bundle.json: | $(VENV)/.serve-installed
-	$(BIN)/metricsearch export --out $(BUNDLE) --overwrite
+	$(BIN)/metricsearch export --bundle $(BUNDLE) --overwrite
 
 bundle: $(BUNDLE)/bundle.json
 

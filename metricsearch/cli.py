@@ -1,51 +1,116 @@
-"""`metricsearch`: serve, index, export, train and evaluate. Each subcommand imports only what it needs, so `serve`
-and `index` never import torch, and `export`, `train` and `evaluate` need the `train` extra."""
+"""`metricsearch`: serve, index, export, train, evaluate, tune and snapshot. Each subcommand imports only what it
+needs, so `serve` and `index` never import torch, and `export`, `train`, `evaluate` and `tune` need the `train`
+extra.
+
+Exit codes: 2 for a usage error (an unknown, missing, conflicting or invalid option: typer's own checks, and the
+cross-option checks here), 1 for a runtime failure (any `MetricSearchError`: a bad data file, a missing bundle, a
+service that does not answer), reported once by `_Commands`."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from contextlib import contextmanager
 from dataclasses import asdict, astuple
+from enum import StrEnum
 from itertools import islice
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, get_args
 
 import typer
+from typer.core import TyperGroup
 
-app = typer.Typer(help="Text similarity search for item-to-item recommendations.", no_args_is_help=True)
-
-
-def _fail(message: str) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=2)
+from metricsearch.core.bundle import METRICS_OF_POOLING, EncoderSpec
+from metricsearch.core.bundle import Metric as ManifestMetric
+from metricsearch.core.errors import MetricSearchError, TrainerError
 
 
-def _settings(**overrides: object):
+def _choice(name: str, values: Iterable[str]) -> type[StrEnum]:
+    """A choice type typer checks and lists in --help; its members are the strings themselves, so they pass on as
+    plain values."""
+    return StrEnum(name, [(value, value) for value in values])
+
+
+Pooling = _choice("Pooling", METRICS_OF_POOLING)
+Metric = _choice("Metric", get_args(ManifestMetric))
+Precision = _choice("Precision", get_args(EncoderSpec.model_fields["precision"].annotation))
+# Mirrors of choices defined where importing them costs torch (metricsearch.trainer.config) or scipy
+# (metricsearch.evaluation), which `serve` and `index` must not load: tests check each against its source.
+Objective = _choice("Objective", ("metricbert", "recobert", "sbert-siamese", "sbert-triplet"))
+Mining = _choice("Mining", ("hardest", "random"))
+Loss = _choice("Loss", ("triplet", "contrastive", "cosine"))
+Distance = _choice("Distance", ("angular", "cosine"))
+SiameseDistance = _choice("SiameseDistance", ("cosine", "euclidean"))
+TripletDistance = _choice("TripletDistance", ("euclidean", "cosine"))
+Task = _choice("Task", ("catalog-match", "annotated", "pairs", "halves"))
+Inference = _choice("Inference", ("served", "metric-two", "mean"))
+Baseline = _choice("Baseline", ("tfidf", "bm25", "lda", "mean", "metric-two"))
+
+
+class _Commands(TyperGroup):
+    """The one place a `MetricSearchError` becomes `error: <message>` and exit code 1, for every subcommand."""
+
+    def invoke(self, ctx: typer.Context):
+        try:
+            return super().invoke(ctx)
+        except MetricSearchError as exc:
+            typer.secho(f"error: {exc}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=1) from exc
+
+
+app = typer.Typer(cls=_Commands, no_args_is_help=True)
+
+
+def _print_version(requested: bool) -> None:
+    if requested:
+        from metricsearch import __version__
+
+        typer.echo(f"metricsearch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_print_version, is_eager=True, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Text similarity search for item-to-item recommendations."""
+
+
+def _settings(ctx: typer.Context, **overrides: object):
+    """The service settings from MS_* variables and the options given; an invalid value is a usage error."""
+    from pydantic import ValidationError
+
     from metricsearch.service import Settings
 
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        ctx.fail("; ".join(f"setting {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
 
 
 @app.command()
 def serve(
-    bundle: Annotated[Path | None, typer.Option(help="bundle folder (MS_BUNDLE_DIR)")] = None,
-    host: Annotated[str | None, typer.Option(help="bind address (MS_HOST)")] = None,
-    port: Annotated[int | None, typer.Option(help="port (MS_PORT)")] = None,
+    ctx: typer.Context,
+    bundle: Annotated[Path | None, typer.Option(help="bundle folder to serve (MS_BUNDLE_DIR)")] = None,
+    host: Annotated[str | None, typer.Option(help="address to bind (MS_HOST)")] = None,
+    port: Annotated[int | None, typer.Option(help="port to bind (MS_PORT)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
     workers: Annotated[
         int | None, typer.Option(min=1, help="worker processes; more than 1 needs a Qdrant server (MS_WORKERS)")
     ] = None,
 ) -> None:
     """Run the HTTP service: one process by default (the embedded store is owned by one process at a time);
-    with a Qdrant server (MS_QDRANT_URL), --workers processes. README "Serving fast" lists the uvicorn settings."""
+    with a Qdrant server (MS_QDRANT_URL), --workers processes. docs/operations.md, "Serving fast", lists the uvicorn
+    settings."""
     import os
 
     import uvicorn
 
-    from metricsearch.core.errors import MetricSearchError
     from metricsearch.service import build_runtime, configure_logging, create_app
 
     overrides = {"bundle_dir": bundle, "host": host, "port": port, "data_dir": data_dir, "workers": workers}
-    settings = _settings(**overrides)
+    settings = _settings(ctx, **overrides)
     configure_logging(settings.log_level)
     # uvloop and httptools are picked by uvicorn's "auto" (uvicorn[standard]); no access log on the hot path.
     options = {
@@ -58,7 +123,7 @@ def serve(
     }
     if settings.workers > 1:
         if not settings.qdrant_url:
-            _fail(
+            ctx.fail(
                 f"{settings.workers} workers need a Qdrant server: the embedded store in {settings.data_dir} is owned "
                 "by one process. Serve with one worker, or set MS_QDRANT_URL to a Qdrant server"
             )
@@ -68,16 +133,13 @@ def serve(
             "metricsearch.service.api.app:app_from_environment", factory=True, workers=settings.workers, **options
         )
         return
-    try:
-        runtime = build_runtime(settings)
-    except MetricSearchError as exc:
-        _fail(str(exc))
-    uvicorn.run(create_app(runtime), **options)
+    uvicorn.run(create_app(build_runtime(settings)), **options)
 
 
 @app.command()
 def index(
-    catalog: Annotated[Path, typer.Argument(help="catalog file: .csv (id,title,description,...) or .jsonl")],
+    ctx: typer.Context,
+    catalog: Annotated[Path, typer.Option(help="catalog to load: .csv (id,title,description,...) or .jsonl")],
     url: Annotated[
         str | None, typer.Option(help="a running service to post to; unset = write the embedded store")
     ] = None,
@@ -91,22 +153,18 @@ def index(
 
     from tqdm import tqdm
 
-    from metricsearch.core.errors import MetricSearchError
     from metricsearch.core.readers import read_catalog
 
-    settings = _settings(bundle_dir=bundle, data_dir=data_dir, api_key=api_key)
+    settings = _settings(ctx, bundle_dir=bundle, data_dir=data_dir, api_key=api_key)
     started = time.perf_counter()
     indexed = unchanged = 0
-    try:
-        items = read_catalog(catalog)
-        sender = _http_sender(url, settings) if url else _store_sender(settings)
-        with sender as send, tqdm(desc="indexing", unit="item") as bar:
-            while chunk := list(islice(items, batch)):
-                done, same = send(chunk)
-                indexed, unchanged = indexed + done, unchanged + same
-                bar.update(len(chunk))
-    except MetricSearchError as exc:
-        _fail(str(exc))
+    items = read_catalog(catalog)
+    sender = _http_sender(url, settings) if url else _store_sender(settings)
+    with sender as send, tqdm(desc="indexing", unit="item") as bar:
+        while chunk := list(islice(items, batch)):
+            done, same = send(chunk)
+            indexed, unchanged = indexed + done, unchanged + same
+            bar.update(len(chunk))
     seconds = time.perf_counter() - started
     total = indexed + unchanged
     typer.echo(
@@ -152,22 +210,23 @@ def _http_sender(url: str, settings):
 
 @app.command()
 def export(
-    out: Annotated[Path, typer.Option(help="bundle folder to write")],
+    bundle: Annotated[Path, typer.Option(help="bundle folder to write (what `serve --bundle` loads)")],
     model: Annotated[
-        Path | None, typer.Option(help="sentence-transformers folder; default: packaged all-MiniLM-L6-v2")
+        Path | None,
+        typer.Option(help="sentence-transformers folder, e.g. RUN/best of `train`; default: packaged all-MiniLM-L6-v2"),
     ] = None,
     name: Annotated[str | None, typer.Option(help="bundle name (default: from the model folder)")] = None,
     title_weight: Annotated[float, typer.Option(min=0.0, help="weight of the title distance")] = 1.0,
     description_weight: Annotated[float, typer.Option(min=0.0, help="weight of the description distance")] = 1.0,
     metric: Annotated[
-        str | None,
+        Metric | None,
         typer.Option(
-            help="rerank: 'angular' (per-field angular sum, default for mean pooling), 'recobert' (RecoBERT's "
-            "4-score fusion) or 'frobenius' (S_F, default for cov/svd pooling)"
+            help="rerank: angular (per-field angular sum, default for mean pooling), recobert (RecoBERT's 4-score "
+            "fusion) or frobenius (S_F, default for cov/svd pooling)"
         ),
     ] = None,
     pooling: Annotated[
-        str,
+        Pooling,
         typer.Option(
             help="mean (one vector a text), cov or svd (second-order: the graph returns token embeddings, the "
             "service stores rank-k factors); use what the model was trained with"
@@ -182,7 +241,7 @@ def export(
     ] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing bundle folder")] = False,
     precision: Annotated[
-        str,
+        Precision,
         typer.Option(
             help="fp32 (exact, ONNX Runtime); int8 (NNCF-quantized, OpenVINO: fastest on CPU); bf16 (OpenVINO "
             "runs the fp32 graph in bf16); fp16 (for CUDA). int8 and bf16 need --catalog (docs/bundle.md)"
@@ -197,28 +256,23 @@ def export(
     ] = None,
 ) -> None:
     """Turn a checkpoint into a model bundle (needs the `train` extra: torch)."""
-    from metricsearch.core.errors import MetricSearchError
+    from metricsearch.core.bundle import load_bundle
     from metricsearch.export import export_bundle
 
-    try:
-        path = export_bundle(
-            model,
-            out,
-            name=name,
-            title_weight=title_weight,
-            description_weight=description_weight,
-            metric=metric,
-            max_seq_length=max_seq_length,
-            pooling=pooling,
-            rank_k=rank_k,
-            overwrite=overwrite,
-            precision=precision,
-            catalog=catalog,
-        )
-    except MetricSearchError as exc:
-        _fail(str(exc))
-    from metricsearch.core.bundle import load_bundle
-
+    path = export_bundle(
+        model,
+        bundle,
+        name=name,
+        title_weight=title_weight,
+        description_weight=description_weight,
+        metric=metric,
+        max_seq_length=max_seq_length,
+        pooling=pooling,
+        rank_k=rank_k,
+        overwrite=overwrite,
+        precision=precision,
+        catalog=catalog,
+    )
     agreement = load_bundle(path).manifest.encoder.agreement
     measured = (
         f" ({precision} keeps {agreement.neighbour_overlap:.3f} of fp32's top-10 neighbours, mean cosine "
@@ -231,8 +285,13 @@ def export(
 
 @app.command()
 def train(
+    ctx: typer.Context,
     objective: Annotated[
-        str | None, typer.Option(help="metricbert | recobert (catalog) | sbert-siamese | sbert-triplet")
+        Objective | None,
+        typer.Option(help="metricbert, recobert (on --catalog), sbert-siamese (--pairs) or sbert-triplet (--triplets)"),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="run folder to write: best/, last/, train_log.jsonl, curves.png (required)")
     ] = None,
     catalog: Annotated[Path | None, typer.Option(help="catalog .csv/.jsonl (id, title, description)")] = None,
     pairs: Annotated[Path | None, typer.Option(help="pairs .csv/.tsv/.jsonl (text_a, text_b, score)")] = None,
@@ -240,108 +299,95 @@ def train(
         Path | None, typer.Option(help="triplets .csv/.tsv/.jsonl (anchor, positive, negative)")
     ] = None,
     base: Annotated[
-        Path | None, typer.Option(help="sentence-transformers folder to start from (default packaged all-MiniLM-L6-v2)")
+        Path | None, typer.Option(help="sentence-transformers folder to start from; default: packaged all-MiniLM-L6-v2")
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="run folder: best/, last/, train_log.jsonl, curves.png")] = None,
-    config: Annotated[Path | None, typer.Option(help="JSON/YAML file of these options (the command line wins)")] = None,
-    seed: Annotated[int | None, typer.Option(help="seed of data order, masking, mining, dropout (default 42)")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="JSON/YAML file of these options, keys as named here; the command line wins")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="seed of data order, masking, mining and dropout")] = 42,
     max_steps: Annotated[int | None, typer.Option(help="optimizer steps; overrides --epochs")] = None,
     epochs: Annotated[
-        int | None, typer.Option(help="passes over the data (default 1; only --time-budget-s: what fits)")
+        int | None, typer.Option(help="passes over the data; unset: 1, or what fits --time-budget-s")
     ] = None,
-    batch_size: Annotated[
-        int | None, typer.Option(help="examples per step (per process under torchrun) (default 16)")
-    ] = None,
-    lr: Annotated[float | None, typer.Option(help="peak learning rate of the encoder (default 2e-5)")] = None,
-    mlm_head_lr: Annotated[float | None, typer.Option(help="learning rate of the new MLM head (default 5e-4)")] = None,
-    warmup_ratio: Annotated[float | None, typer.Option(help="share of encoder steps warming up (default 0.1)")] = None,
-    weight_decay: Annotated[float | None, typer.Option(help="AdamW weight decay (default 0.01)")] = None,
-    max_grad_norm: Annotated[float | None, typer.Option(help="gradient clipping norm (default 1.0)")] = None,
-    max_seq_length: Annotated[
-        int | None, typer.Option(help="tokens a text keeps, at most the model's (default 128)")
-    ] = None,
+    batch_size: Annotated[int, typer.Option(help="examples per step (per process under torchrun)")] = 16,
+    lr: Annotated[float, typer.Option(help="peak learning rate of the encoder")] = 2e-5,
+    mlm_head_lr: Annotated[float, typer.Option(help="learning rate of the new MLM head")] = 5e-4,
+    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay")] = 0.01,
+    warmup_ratio: Annotated[float, typer.Option(help="share of encoder steps warming up")] = 0.1,
+    max_grad_norm: Annotated[float, typer.Option(help="gradient clipping norm")] = 1.0,
+    max_seq_length: Annotated[int, typer.Option(help="tokens a text keeps, at most the model's")] = 128,
     time_budget_s: Annotated[
         float | None, typer.Option(help="stop in time to evaluate and save within this many seconds")
     ] = None,
     bf16: Annotated[
-        bool | None, typer.Option("--bf16/--no-bf16", help="bf16 autocast (default auto: where native)")
+        bool | None, typer.Option("--bf16/--no-bf16", help="bf16 autocast; unset: where the GPU runs it natively")
     ] = None,
-    eval_every: Annotated[int | None, typer.Option(help="validate every N steps (default 100)")] = None,
-    log_every: Annotated[int | None, typer.Option(help="log the mean losses every N steps (default 10)")] = None,
-    patience: Annotated[
-        int | None, typer.Option(help="stop after N validations without improvement (default 5)")
-    ] = None,
-    val_fraction: Annotated[
-        float | None, typer.Option(help="share held out for validation; 0 = none (default 0.1)")
-    ] = None,
-    val_max: Annotated[int | None, typer.Option(help="most held-out examples (default 1000)")] = None,
-    mining: Annotated[str | None, typer.Option(help="metricbert negatives: hardest | random (default hardest)")] = None,
-    loss: Annotated[
-        str | None, typer.Option(help="metricbert loss: triplet | contrastive | cosine (default triplet)")
-    ] = None,
-    distance: Annotated[
-        str | None, typer.Option(help="metricbert distance: angular | cosine (default angular)")
-    ] = None,
-    margin: Annotated[
-        float | None, typer.Option(help="margin of the triplet/contrastive loss (default per objective)")
-    ] = None,
+    eval_every: Annotated[int, typer.Option(help="validate every N steps")] = 100,
+    log_every: Annotated[int, typer.Option(help="log the mean losses every N steps")] = 10,
+    patience: Annotated[int, typer.Option(help="stop after N validations without improvement")] = 5,
+    val_fraction: Annotated[float, typer.Option(help="share held out for validation; 0 = none")] = 0.1,
+    val_max: Annotated[int, typer.Option(help="most held-out examples")] = 1000,
+    mining: Annotated[Mining, typer.Option(help="metricbert negatives")] = "hardest",
+    loss: Annotated[Loss, typer.Option(help="metricbert loss")] = "triplet",
+    distance: Annotated[Distance, typer.Option(help="metricbert distance")] = "angular",
     title_variants: Annotated[
         float | None,
         typer.Option(
             help="metricbert: share of positives that are a perturbed copy of the anchor's own title instead of its "
-            "description (default 0, the paper's)"
+            "description; unset: 0, the paper's"
         ),
     ] = None,
-    similarity_weight: Annotated[
-        float | None, typer.Option(help="lambda: weight of the metric/TDM loss (default 1.0)")
+    margin: Annotated[
+        float | None,
+        typer.Option(help="margin of the triplet/contrastive loss; unset: the objective's (docs/training.md)"),
     ] = None,
+    similarity_weight: Annotated[float, typer.Option(help="lambda: weight of the metric/TDM loss")] = 1.0,
     mlm_weight: Annotated[
-        float | None, typer.Option(help="weight of the MLM loss; 0 disables MLM (default 1.0)")
+        float | None, typer.Option(help="metricbert, recobert: weight of the MLM loss, 0 disables MLM; unset: 1")
     ] = None,
-    mlm_probability: Annotated[float | None, typer.Option(help="share of tokens masked (default 0.15)")] = None,
+    mlm_probability: Annotated[float, typer.Option(help="share of tokens masked")] = 0.15,
     mlm_warmup_steps: Annotated[
-        int | None, typer.Option(help="head-only steps with the encoder frozen, before joint training (default 100)")
+        int | None,
+        typer.Option(help="metricbert, recobert: head-only steps with the encoder frozen, before joint; unset: 100"),
     ] = None,
-    siamese_distance: Annotated[
-        str | None, typer.Option(help="sbert-siamese: cosine | euclidean (default cosine)")
-    ] = None,
-    triplet_distance: Annotated[
-        str | None, typer.Option(help="sbert-triplet: euclidean | cosine (default euclidean)")
-    ] = None,
+    siamese_distance: Annotated[SiameseDistance, typer.Option(help="sbert-siamese distance")] = "cosine",
+    triplet_distance: Annotated[TripletDistance, typer.Option(help="sbert-triplet distance")] = "euclidean",
     pooling: Annotated[
-        str | None,
-        typer.Option(help="mean | cov (token covariance A^T A) | svd (rank-k, needs --rank-k); S_F for cov/svd"),
-    ] = None,
+        Pooling,
+        typer.Option(help="mean, cov (token covariance A^T A) or svd (rank-k, needs --rank-k); S_F for cov/svd"),
+    ] = "mean",
     rank_k: Annotated[int | None, typer.Option(help="rank k of --pooling svd")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run in --out from last/")] = False,
 ) -> None:
     """Fine-tune an encoder; the best checkpoint (OUT/best) exports with `metricsearch export --model OUT/best`
-    (needs the `train` extra). docs/training.md explains every option."""
-    options = {k: v for k, v in locals().items() if k != "config"}  # the options as given; None = not given
-    options["resume"] = resume or None  # an unset flag leaves the config file's value
-    from metricsearch.core.errors import MetricSearchError
+    (needs the `train` extra). Options may also come from a --config file; docs/training.md explains each."""
+    # Only the options typed on the command line override the --config file; the rest keep the file's value or,
+    # failing that, TrainConfig's default (the one the signature repeats for --help; a test keeps them equal).
+    given = {
+        name: value
+        for name, value in ctx.params.items()
+        if name != "config" and ctx.get_parameter_source(name).name == "COMMANDLINE"
+    }
     from metricsearch.trainer import build_config
 
     try:
-        settings = build_config(options, config)
-        from transformers.utils import logging as transformers_logging
+        settings = build_config(given, config)
+    except TrainerError as exc:
+        ctx.fail(str(exc))  # the options or the --config file are wrong: checked before any model loads
+    from transformers.utils import logging as transformers_logging
 
-        from metricsearch.trainer import train as run_training
+    from metricsearch.trainer import train as run_training
 
-        transformers_logging.disable_progress_bar()  # per-file load/save bars would break up the training bar
-
-        result = run_training(settings)
-    except MetricSearchError as exc:
-        _fail(str(exc))
+    transformers_logging.disable_progress_bar()  # per-file load/save bars would break up the training bar
+    result = run_training(settings)
     if result.primary:
         typer.echo(result.summary(settings.objective))
 
 
 @app.command()
 def evaluate(
-    task: Annotated[
-        str | None, typer.Option(help="catalog-match | annotated | pairs | halves (formats: docs/evaluation.md)")
-    ] = None,
+    ctx: typer.Context,
+    task: Annotated[Task | None, typer.Option(help="what to score; formats in docs/evaluation.md")] = None,
     data: Annotated[
         Path | None, typer.Option(help="the task's data: a folder (catalog-match, annotated) or a file (pairs, halves)")
     ] = None,
@@ -350,86 +396,82 @@ def evaluate(
         typer.Option(help="bundle scored in-process by the service's encoder and scoring; repeatable"),
     ] = None,
     inference: Annotated[
-        str,
-        typer.Option(help="of --bundle: served (its manifest's rerank) | metric-two (per-field angular 1:1) | mean"),
+        Inference,
+        typer.Option(help="of --bundle: served (its manifest's rerank), metric-two (per-field angular 1:1) or mean"),
     ] = "served",
     url: Annotated[
         str | None, typer.Option(help="a running service, scored over HTTP (/index, /similar; its top 100 count)")
     ] = None,
     api_key: Annotated[str | None, typer.Option(help="write key of the service at --url (MS_API_KEY)")] = None,
     baseline: Annotated[
-        list[str] | None,
-        typer.Option(help="tfidf | lda | mean | metric-two (the last two run --base-bundle); repeatable"),
+        list[Baseline] | None,
+        typer.Option(help="tfidf, bm25, lda, mean or metric-two (the last two run --base-bundle); repeatable"),
     ] = None,
     base_bundle: Annotated[
         Path | None, typer.Option(help="off-the-shelf bundle of the mean and metric-two baselines (MS_BUNDLE_DIR)")
     ] = None,
-    out: Annotated[Path | None, typer.Option(help="folder for results.json, results.md and the plots")] = None,
+    report_dir: Annotated[
+        Path | None, typer.Option(help="report folder to write: results.json, results.md and the plots")
+    ] = None,
     compare: Annotated[
-        list[Path] | None, typer.Option(help="run folders written by --out, set side by side; repeatable")
+        list[Path] | None, typer.Option(help="report folders written by --report-dir, set side by side; repeatable")
     ] = None,
 ) -> None:
     """Score models on a task (ranking metrics with pessimistic ties, or correlations for pairs) and/or compare
-    earlier runs (needs the `train` extra: scikit-learn, scipy, matplotlib). docs/evaluation.md explains it."""
+    earlier reports (needs the `train` extra: scikit-learn, scipy, matplotlib). docs/evaluation.md explains it."""
     import shlex
     import sys
     import time
 
-    from metricsearch.core.errors import MetricSearchError
     from metricsearch.evaluation import compare_tables, load_run, plot_runs
 
     started = time.perf_counter()
     runs, summary = [], ""
-    try:
-        if task or data:
-            if not (task and data):
-                _fail("--task and --data go together")
-            from metricsearch.evaluation import (
-                BundleScorer,
-                HttpScorer,
-                baseline_scorers,
-                describe,
-                markdown_table,
-                read_task,
-                write_run,
-            )
-            from metricsearch.evaluation import evaluate as evaluate_model
+    if task or data:
+        if not (task and data):
+            ctx.fail("--task and --data go together")
+        from metricsearch.evaluation import (
+            BundleScorer,
+            HttpScorer,
+            baseline_scorers,
+            describe,
+            markdown_table,
+            read_task,
+            write_run,
+        )
+        from metricsearch.evaluation import evaluate as evaluate_model
 
-            settings = _settings(api_key=api_key)
-            dataset = read_task(task, data)
-            scorers = [BundleScorer(b, inference) for b in bundle or []]  # type: ignore[arg-type]
-            scorers += baseline_scorers(baseline or [], base_bundle or settings.bundle_dir)
-            if url:
-                scorers.append(HttpScorer(url, settings.api_key.get_secret_value() if settings.api_key else None))
-            if not scorers:
-                _fail("nothing to evaluate: give --bundle, --url and/or --baseline")
-            results = []
-            for scorer in scorers:
-                typer.echo(f"evaluating {scorer.label} ...", err=True)
-                results.append(evaluate_model(dataset, scorer))
-                if isinstance(scorer, HttpScorer):
-                    scorer.close()
-            typer.echo(
-                f"{task}: {describe(dataset)}\n\n{markdown_table([r.to_json() for r in results], dataset.is_pairs)}"
-            )
-            if out:
-                write_run(out, dataset, results, shlex.join(["metricsearch", *sys.argv[1:]]))
-                runs.append(load_run(out))
-            summary = f"{len(results)} model(s) on {task} ({len(dataset.queries)} queries)"
-        elif not compare:
-            _fail("give --task and --data to evaluate, and/or --compare RUN_DIR to set earlier runs side by side")
-        if compare:
-            runs = [load_run(folder) for folder in compare] + runs
-            table = compare_tables(runs)
-            typer.echo(f"\n{table}")
-            if out:
-                out.mkdir(parents=True, exist_ok=True)
-                (out / "compare.md").write_text(table + "\n")
-                plot_runs(runs, out, prefix="compare_")
-            summary = ", ".join(filter(None, [summary, f"{len(runs)} run(s) compared"]))
-    except MetricSearchError as exc:
-        _fail(str(exc))
-    where = f" -> {out}" if out else " (add --out DIR for JSON and plots)"
+        settings = _settings(ctx, api_key=api_key)
+        dataset = read_task(task, data)
+        scorers = [BundleScorer(b, inference) for b in bundle or []]
+        scorers += baseline_scorers(baseline or [], base_bundle or settings.bundle_dir)
+        if url:
+            scorers.append(HttpScorer(url, settings.api_key.get_secret_value() if settings.api_key else None))
+        if not scorers:
+            ctx.fail("nothing to evaluate: give --bundle, --url and/or --baseline")
+        results = []
+        for scorer in scorers:
+            typer.echo(f"evaluating {scorer.label} ...", err=True)
+            results.append(evaluate_model(dataset, scorer))
+            if isinstance(scorer, HttpScorer):
+                scorer.close()
+        typer.echo(f"{task}: {describe(dataset)}\n\n{markdown_table([r.to_json() for r in results], dataset.is_pairs)}")
+        if report_dir:
+            write_run(report_dir, dataset, results, shlex.join(["metricsearch", *sys.argv[1:]]))
+            runs.append(load_run(report_dir))
+        summary = f"{len(results)} model(s) on {task} ({len(dataset.queries)} queries)"
+    elif not compare:
+        ctx.fail("give --task and --data to evaluate, and/or --compare REPORT_DIR to set earlier reports side by side")
+    if compare:
+        runs = [load_run(folder) for folder in compare] + runs
+        table = compare_tables(runs)
+        typer.echo(f"\n{table}")
+        if report_dir:
+            report_dir.mkdir(parents=True, exist_ok=True)
+            (report_dir / "compare.md").write_text(table + "\n")
+            plot_runs(runs, report_dir, prefix="compare_")
+        summary = ", ".join(filter(None, [summary, f"{len(runs)} run(s) compared"]))
+    where = f" -> {report_dir}" if report_dir else " (add --report-dir DIR for JSON and plots)"
     typer.echo(f"evaluated {summary} in {time.perf_counter() - started:.1f} s{where}")
 
 
@@ -441,38 +483,58 @@ snapshot_app = typer.Typer(
 app.add_typer(snapshot_app, name="snapshot")
 
 
+@app.command()
+def tune(
+    catalog: Annotated[Path, typer.Option(help="the catalog to serve (.csv or .jsonl of id, title, description)")],
+    bundle: Annotated[Path, typer.Option(help="bundle folder whose fusion weights are chosen and written")],
+    pairs: Annotated[
+        Path | None,
+        typer.Option(help="labelled matches (left_id,right_id: ids of --catalog) to rank instead of pseudo-queries"),
+    ] = None,
+    queries: Annotated[int, typer.Option(min=10, help="pseudo-queries made from the catalog's items")] = 400,
+    seed: Annotated[int, typer.Option(help="seed of the pseudo-queries")] = 13,
+) -> None:
+    """Choose the bundle's fusion weights (learned metric and BM25, per field) for a catalog without labels: its own
+    items as another shop would list them are the queries, each item the one to find (docs/bundle.md, "Fusion")."""
+    import time
+
+    from metricsearch.evaluation import tune as tune_weights
+
+    started = time.perf_counter()
+    tuned = tune_weights(catalog, bundle, pairs=pairs, queries=queries, seed=seed)
+    weights = ", ".join(f"{name} {w:g}" for name, w in tuned.weights.items())
+    typer.echo(
+        f"tuned {bundle} on {tuned.queries} queries in {time.perf_counter() - started:.0f} s: {weights} "
+        f"(MRR {tuned.mrr:.3f}, was {tuned.default_mrr:.3f})"
+    )
+
+
 @snapshot_app.command("create")
 def snapshot_create(
+    ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="archive to write (.tar.gz for the embedded store); must not exist")],
     bundle: Annotated[Path | None, typer.Option(help="bundle folder (MS_BUNDLE_DIR)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
 ) -> None:
     """Write a consistent snapshot of the store (flushed; writes held back while it is read)."""
-    from metricsearch.core.errors import MetricSearchError
     from metricsearch.service import create_snapshot as create
 
-    try:
-        report = create(_settings(bundle_dir=bundle, data_dir=data_dir), path)
-    except MetricSearchError as exc:
-        _fail(str(exc))
+    report = create(_settings(ctx, bundle_dir=bundle, data_dir=data_dir), path)
     typer.echo(f"snapshot of {report.items} items written to {report.path} ({report.bytes / 1e6:.1f} MB)")
 
 
 @snapshot_app.command("restore")
 def snapshot_restore(
+    ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="archive made by `metricsearch snapshot create`")],
     bundle: Annotated[Path | None, typer.Option(help="bundle folder (MS_BUNDLE_DIR); must be the snapshot's")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing store")] = False,
 ) -> None:
     """Replace the store by a snapshot, after checking it was made for this bundle."""
-    from metricsearch.core.errors import MetricSearchError
     from metricsearch.service import restore_snapshot as restore
 
-    try:
-        report = restore(_settings(bundle_dir=bundle, data_dir=data_dir), path, overwrite=overwrite)
-    except MetricSearchError as exc:
-        _fail(str(exc))
+    report = restore(_settings(ctx, bundle_dir=bundle, data_dir=data_dir), path, overwrite=overwrite)
     typer.echo(f"restored {report.items} items into {report.path}")
 
 

@@ -235,7 +235,7 @@ def load_bundle(path: Path) -> Bundle:
     """Read and validate a bundle folder; raise `BundleError` naming the file and the fix."""
     manifest_path = Path(path) / MANIFEST_FILE
     if not manifest_path.is_file():
-        raise BundleError(f"no {MANIFEST_FILE} in {path}: build a bundle with `metricsearch export --out {path}`")
+        raise BundleError(f"no {MANIFEST_FILE} in {path}: build a bundle with `metricsearch export --bundle {path}`")
     try:
         raw = json.loads(manifest_path.read_text())
     except (OSError, json.JSONDecodeError) as exc:

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Literal
 
 import numpy as np
-from scipy.stats import pearsonr, spearmanr
 
 Per = Literal["query", "pair"]
 
@@ -113,6 +112,8 @@ def pearson(predicted: np.ndarray, gold: np.ndarray) -> float:
     """Pearson correlation; 0 when either side is constant (undefined, and no evidence of skill)."""
     if np.ptp(predicted) == 0 or np.ptp(gold) == 0:
         return 0.0
+    from scipy.stats import pearsonr  # the offline side's dependency: the core imports only numpy
+
     return float(pearsonr(predicted, gold).statistic)
 
 
@@ -120,4 +121,6 @@ def spearman(predicted: np.ndarray, gold: np.ndarray) -> float:
     """Spearman rank correlation; 0 when either side is constant (undefined, and no evidence of skill)."""
     if np.ptp(predicted) == 0 or np.ptp(gold) == 0:
         return 0.0
+    from scipy.stats import spearmanr
+
     return float(spearmanr(predicted, gold).statistic)

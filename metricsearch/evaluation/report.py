@@ -89,7 +89,9 @@ def write_run(out: Path, data: EvalData, results: Sequence[ModelResult], command
 def load_run(folder: Path) -> Run:
     path = Path(folder) / RESULTS
     if not path.is_file():
-        raise InvalidInputError(f"{folder}: no {RESULTS}; pass a folder written by `metricsearch evaluate --out`")
+        raise InvalidInputError(
+            f"{folder}: no {RESULTS}; pass a folder written by `metricsearch evaluate --report-dir`"
+        )
     try:
         payload = json.loads(path.read_text())
         return Run(Path(folder).name, payload["task"], payload["summary"], payload["models"], payload.get("gold"))

@@ -1,5 +1,5 @@
 """The one settings object. Every field is overridable by an `MS_<NAME>` env variable; nothing else reads the
-environment. The README's settings table documents each field (a test keeps them in sync)."""
+environment. docs/settings.md documents each field (a test keeps them in sync)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class Settings(BaseSettings):
     keep_alive_s: int = Field(75, gt=0, description="idle keep-alive connections are closed after this (uvicorn)")
     log_level: str = Field("info", description="log level of the JSON logs")
 
-    # --- limits (README: limits table)
+    # --- limits (docs/api.md: "Limits")
     max_body_bytes: int = Field(
         32 * 1024 * 1024, gt=0, description="bytes in one request body (413 beyond, before parsing)"
     )
@@ -74,7 +74,7 @@ class Settings(BaseSettings):
         None, ge=1, description="replication_factor: copies of each shard on distinct nodes; unset = 1"
     )
 
-    # --- reliability and security (README: limits table)
+    # --- reliability and security (docs/api.md: "Limits")
     sync_writes: bool = Field(
         False, description="embedded store: fsync before /index and DELETE answer (group commit); survives power loss"
     )
@@ -91,7 +91,7 @@ class Settings(BaseSettings):
     def _split_origins(cls, value: object) -> object:
         return [o.strip() for o in value.split(",") if o.strip()] if isinstance(value, str) else value
 
-    # --- caches and workers (README: "Serving fast")
+    # --- caches and workers (docs/operations.md: "Serving fast")
     embedding_cache_size: int = Field(10000, ge=0, description="query-text vectors kept in an LRU; 0 = off")
     answer_cache_size: int = Field(
         10000, ge=0, description="/similar-by-id answers kept in an LRU until the next write; 0 = off"

@@ -1,5 +1,5 @@
 """Every MS_ variable that the deployment files set exists in the Settings object (a typo would be ignored
-silently: Settings ignores unknown variables) and is documented in the README's settings table (that every
+silently: Settings ignores unknown variables) and is documented in docs/settings.md (that every
 setting is documented there is tests/service/test_config.py's check)."""
 
 from __future__ import annotations
@@ -18,6 +18,6 @@ def test_deployment_files_use_only_existing_settings():
 
 
 def test_settings_used_in_deployment_are_documented():
-    readme = (ROOT / "README.md").read_text()
+    documented = (ROOT / "docs" / "settings.md").read_text()
     used = set().union(*(ms_variables(path) for path in deployment_files()))
-    assert not sorted(name for name in used if name not in readme)
+    assert not sorted(name for name in used if name not in documented)

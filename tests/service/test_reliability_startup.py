@@ -30,7 +30,7 @@ def serve(bundle: Path, data_dir: Path, timeout_s: float = 60) -> subprocess.Com
 
 
 def assert_refused(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.returncode == 1, result.stdout + result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert error, result.stderr

@@ -52,7 +52,7 @@ def test_snapshot_restores_into_a_fresh_data_dir_with_the_same_answers(tiny_bund
             assert client.post("/index", json={"items": ITEMS}).status_code == 200
         expected = answers(service)
         busy = snapshot("create", str(archive), bundle=tiny_bundle, data_dir=source)
-        assert busy.returncode == 2 and "already open" in busy.stderr, busy.stderr
+        assert busy.returncode == 1 and "already open" in busy.stderr, busy.stderr
         assert not archive.exists()
         assert answers(service) == expected  # the refused snapshot left the running service alone
     finally:
@@ -62,7 +62,7 @@ def test_snapshot_restores_into_a_fresh_data_dir_with_the_same_answers(tiny_bund
     assert made.returncode == 0, made.stderr
     assert f"snapshot of {len(ITEMS)} items" in made.stdout
     again = snapshot("create", str(archive), bundle=tiny_bundle, data_dir=source)
-    assert again.returncode == 2 and "exists" in again.stderr
+    assert again.returncode == 1 and "exists" in again.stderr
 
     restored = snapshot("restore", str(archive), bundle=tiny_bundle, data_dir=fresh)
     assert restored.returncode == 0, restored.stderr
@@ -76,12 +76,12 @@ def test_snapshot_restores_into_a_fresh_data_dir_with_the_same_answers(tiny_bund
         with service.client() as client:
             assert client.get("/items/s3").json()["metadata"] == {"n": 3}
         held = snapshot("restore", str(archive), "--overwrite", bundle=tiny_bundle, data_dir=fresh)
-        assert held.returncode == 2 and "stop the service" in held.stderr, held.stderr
+        assert held.returncode == 1 and "stop the service" in held.stderr, held.stderr
         assert answers(service) == expected
     finally:
         service.stop()
     refused = snapshot("restore", str(archive), bundle=tiny_bundle, data_dir=fresh)
-    assert refused.returncode == 2 and "--overwrite" in refused.stderr
+    assert refused.returncode == 1 and "--overwrite" in refused.stderr
     assert snapshot("restore", str(archive), "--overwrite", bundle=tiny_bundle, data_dir=fresh).returncode == 0
 
 
@@ -93,9 +93,9 @@ def test_snapshot_of_another_bundle_or_not_a_snapshot_is_refused(tiny_bundle, tm
     archive = tmp_path / "items.tar.gz"
     assert snapshot("create", str(archive), bundle=other, data_dir=tmp_path / "a").returncode == 0
     mismatch = snapshot("restore", str(archive), bundle=tiny_bundle, data_dir=tmp_path / "b")
-    assert mismatch.returncode == 2 and "other-bert" in mismatch.stderr and "MS_BUNDLE_DIR" in mismatch.stderr
+    assert mismatch.returncode == 1 and "other-bert" in mismatch.stderr and "MS_BUNDLE_DIR" in mismatch.stderr
     assert not (tmp_path / "b" / "items").exists()
     junk = tmp_path / "junk.tar.gz"
     junk.write_bytes(b"not an archive")
     broken = snapshot("restore", str(junk), bundle=tiny_bundle, data_dir=tmp_path / "b")
-    assert broken.returncode == 2 and "not a readable snapshot" in broken.stderr
+    assert broken.returncode == 1 and "not a readable snapshot" in broken.stderr

@@ -1,26 +1,32 @@
-"""`metricsearch train` as a user runs it: config mistakes stop with exit code 2 and a message naming the fix,
-options merge from a config file and the command line, and train -> export gives a bundle the service loads."""
+"""`metricsearch train` as a user runs it: option mistakes stop with exit code 2 and bad data files with 1, each
+with a message naming the fix; its options are TrainConfig's fields with TrainConfig's defaults and choices; options
+merge from a config file and the command line, and train -> export gives a bundle the service loads."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
 import sys
+import typing
+from enum import Enum
 from pathlib import Path
 
 import pytest
 
+from metricsearch import cli as cli_module
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.errors import TrainerError
-from metricsearch.trainer.config import build_config
+from metricsearch.trainer.config import OBJECTIVES, TrainConfig, build_config
 from tests.tiny_model import CORPUS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    # A wide terminal keeps typer's boxed usage errors on one line, so messages can be matched whole.
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "COLUMNS": "400"}
     return subprocess.run(
         [sys.executable, "-m", "metricsearch.cli", *map(str, args)],
         cwd=ROOT,
@@ -39,7 +45,7 @@ def write(path: Path, text: str) -> Path:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--objective", "simcse", "--catalog", "c.csv"], "unknown objective 'simcse'; choose one of metricbert"),
+        (["--objective", "simcse", "--catalog", "c.csv"], "'simcse' is not one of 'metricbert', 'recobert'"),
         (["--objective", "sbert-siamese"], "sbert-siamese trains on --pairs FILE (text_a, text_b, score); none given"),
         (["--objective", "metricbert"], "metricbert trains on --catalog FILE"),
         (["--objective", "metricbert", "--catalog", "c.csv", "--mlm-weight", "-1"], "--mlm-weight"),
@@ -53,18 +59,34 @@ def test_option_mistakes_exit_2_before_any_model_loads(tmp_path, args, message):
     assert not (tmp_path / "run").exists()
 
 
-def test_empty_catalog_exits_2(tmp_path):
+def test_an_empty_catalog_is_a_runtime_failure_exit_1(tmp_path):
     catalog = write(tmp_path / "catalog.csv", "id,title,description\n")
     result = cli("train", "--objective", "metricbert", "--catalog", catalog, "--out", tmp_path / "run")
-    assert result.returncode == 2
-    assert f"{catalog}: has no items" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 1
+    assert f"error: {catalog}: has no items" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_pairs_without_a_score_column_exit_2(tmp_path):
+def test_pairs_without_a_score_column_exit_1(tmp_path):
     pairs = write(tmp_path / "pairs.csv", "text_a,text_b\na cat,a kitten\n")
     result = cli("train", "--objective", "sbert-siamese", "--pairs", pairs, "--out", tmp_path / "run")
-    assert result.returncode == 2
+    assert result.returncode == 1
     assert "header lacks column(s) score" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_train_options_are_train_config_s_fields_defaults_and_choices():
+    """The CLI cannot build its options from TrainConfig (importing it loads torch, which `serve` must not), so
+    it restates them; this keeps each option's name, default and choices those of the model, and its help set."""
+    hints = typing.get_type_hints(cli_module.train, include_extras=True)
+    parameters = inspect.signature(cli_module.train).parameters
+    assert set(parameters) - {"ctx", "config"} == set(TrainConfig.model_fields)
+    for name, field in TrainConfig.model_fields.items():
+        assert parameters[name].default == (None if field.is_required() else field.default), name
+        annotation, option = typing.get_args(hints[name])
+        assert option.help, name
+        choices = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is typing.Literal else ()
+        enums = [t for t in (annotation, *typing.get_args(annotation)) if isinstance(t, type) and issubclass(t, Enum)]
+        assert [[member.value for member in enum] for enum in enums] == ([list(choices)] if choices else []), name
+    assert [o.value for o in cli_module.Objective] == list(OBJECTIVES)
 
 
 def test_config_file_values_apply_and_the_command_line_wins(tmp_path):
@@ -108,8 +130,10 @@ def test_train_then_export_gives_a_bundle_the_service_loads(tmp_path):
     assert (
         summary.startswith("recobert: 3 steps") and "best mrr" in summary and str(tmp_path / "run" / "best") in summary
     )
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["bf16"] is False
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    # Options left at their default do not override the config file; those typed do.
+    assert (saved["bf16"], saved["batch_size"], saved["val_fraction"], saved["max_steps"]) == (False, 8, 0.25, 3)
 
-    exported = cli("export", "--model", tmp_path / "run" / "best", "--out", tmp_path / "bundle")
+    exported = cli("export", "--model", tmp_path / "run" / "best", "--bundle", tmp_path / "bundle")
     assert exported.returncode == 0, exported.stderr
     assert load_bundle(tmp_path / "bundle").manifest.encoder.dim == 32

@@ -1,7 +1,7 @@
 """Schemathesis fuzzes the service's own OpenAPI schema over real HTTP (a subprocess service with the tiny
 bundle): valid and invalid requests on every operation, and no response may be a 5xx, stray from the documented
-status codes and schemas, or carry a stack trace. A bounded number of examples here; README "Fuzzing" gives the
-command for a longer run."""
+status codes and schemas, or carry a stack trace. A bounded number of examples here; docs/operations.md, "Testing
+under stress", gives the command for a longer run."""
 
 from __future__ import annotations
 
