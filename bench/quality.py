@@ -38,8 +38,9 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from bench.data import DATA, abt_buy
 from bench.report import write_section
-from bench.train_bench import MAIN_OPTIONS, abt_buy, sts_pairs, without, write_training_catalog
+from bench.train_bench import MAIN_OPTIONS, sts_pairs, without, write_training_catalog
 from metricsearch.core.errors import MetricSearchError
 from metricsearch.core.second_order import FULL_RANK_CAP
 from metricsearch.evaluation import (
@@ -56,7 +57,6 @@ from metricsearch.evaluation import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared/data/raw"
 BASE_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
 REPORT = ROOT / "EVALUATION.md"
 HEADER = (
@@ -144,7 +144,7 @@ def prepare(
 
 
 def export(model: Path, bundle: Path, name: str, export_args: list[str]) -> None:
-    run([*CLI, "export", "--model", str(model), "--out", str(bundle), "--name", name, *export_args])
+    run([*CLI, "export", "--model", str(model), "--bundle", str(bundle), "--name", name, *export_args])
 
 
 def train(name: str, label: str, workdir: Path, train_args: list[str], export_args: list[str]) -> Trained:

@@ -48,6 +48,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
+from bench.data import DATA
 from bench.report import write_section
 from bench.service_bench import Client, percentile, timed_requests, wine_items
 from bench.train_bench import CLI, abt_buy, run, write_training_catalog
@@ -70,7 +71,7 @@ from metricsearch.service import (
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "BENCHMARKS.md"
-QUORA = ROOT.parent / "shared/data/raw/quora_question_pairs_chunks"
+QUORA = DATA / "quora_question_pairs_chunks"
 DIM = 384
 EVAL_TITLE = "Second-order: mean vs cov vs svd after the same fine-tuning"
 # --poolings key: (row name, `metricsearch train` and `export` options)
@@ -324,7 +325,7 @@ def storage_section(args) -> str:
 
 
 def export_bundle_cli(out: Path, *extra: str, model: Path | None = None) -> Path:
-    command = [*CLI, "export", "--out", str(out), "--overwrite", *extra]
+    command = [*CLI, "export", "--bundle", str(out), "--overwrite", *extra]
     if model is not None:
         command += ["--model", str(model)]
     run(command)

@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 from tqdm import tqdm
 
+from bench.data import DATA
 from bench.report import write_section
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
@@ -41,7 +42,7 @@ from metricsearch.service import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-WINE = ROOT.parent / "shared/data/raw/wine_reviews_kaggle_130k_head/winemag-data-130k-v2.csv"
+WINE = DATA / "wine_reviews_kaggle_130k_head/winemag-data-130k-v2.csv"
 
 
 def wine_items(limit: int) -> list[dict]:

@@ -28,13 +28,14 @@ import numpy as np
 import orjson
 from tqdm import tqdm
 
+from bench.data import DATA
 from bench.report import write_section
 from bench.service_bench import ROOT, synthetic_batches, synthetic_store, wine_items
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
 from metricsearch.service import ANN_VECTOR, ServiceProcess, Settings, free_port, open_store, vector_schema
 
-ABT = ROOT.parent / "shared/data/raw/abt_buy/Abt.csv"
+ABT = DATA / "abt_buy/Abt.csv"
 DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
 WRK_SCRIPT = """
 local bodies = dofile("{bodies}")

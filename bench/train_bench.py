@@ -16,7 +16,6 @@ Retrieval: each Abt product ranks all 1,092 Buy products; its gold match(es) are
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
@@ -25,46 +24,20 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from scipy.stats import spearmanr
 from sklearn.feature_extraction.text import TfidfVectorizer
 
+from bench.data import DATA, ROOT, Product, abt_buy
 from bench.report import write_section
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.ranking import pessimistic_rank, ranking_metrics
 from metricsearch.encoder import Encoder
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared/data/raw"
 DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
-
-
-@dataclass(frozen=True)
-class Product:
-    id: str
-    title: str
-    description: str
-
-
-def _read_products(path: Path, encoding: str) -> list[Product]:
-    with path.open(newline="", encoding=encoding) as f:
-        return [
-            Product(row["id"], row["name"].strip(), (row["description"] or "").strip()) for row in csv.DictReader(f)
-        ]
-
-
-def abt_buy() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
-    abt = _read_products(DATA / "abt_buy/Abt.csv", "latin-1")
-    buy = _read_products(DATA / "abt_buy/Buy.csv", "utf-8")
-    gold: dict[str, set[str]] = {}
-    with (DATA / "abt_buy/abt_buy_perfectMapping.csv").open(newline="") as f:
-        for row in csv.DictReader(f):
-            gold.setdefault(row["idAbt"], set()).add(row["idBuy"])
-    return abt, buy, gold
 
 
 def write_training_catalog(abt: list[Product], buy: list[Product], path: Path) -> Path:
@@ -161,7 +134,7 @@ def train_and_export(
     best = json.loads((out / "best" / "training.json").read_text())
     steps = max(json.loads(line).get("step", 0) for line in (out / "train_log.jsonl").read_text().splitlines())
     bundle = workdir / f"bundle-{name}"
-    export = [*CLI, "export", "--model", str(out / "best"), "--out", str(bundle), "--name", f"abt-{name}"]
+    export = [*CLI, "export", "--model", str(out / "best"), "--bundle", str(bundle), "--name", f"abt-{name}"]
     run([*export, *export_args, "--overwrite"])
     shown = shlex.join(["metricsearch", "train", *[a if "/tmp" not in a else Path(a).name for a in train_args]])
     if export_args:

@@ -43,7 +43,7 @@ SiameseDistance = _choice("SiameseDistance", ("cosine", "euclidean"))
 TripletDistance = _choice("TripletDistance", ("euclidean", "cosine"))
 Task = _choice("Task", ("catalog-match", "annotated", "pairs", "halves"))
 Inference = _choice("Inference", ("served", "metric-two", "mean"))
-Baseline = _choice("Baseline", ("tfidf", "bm25", "lda", "mean", "metric-two"))
+Baseline = _choice("Baseline", ("tfidf", "lexical", "lda", "mean", "metric-two"))
 
 
 class _Commands(TyperGroup):
@@ -405,7 +405,7 @@ def evaluate(
     api_key: Annotated[str | None, typer.Option(help="write key of the service at --url (MS_API_KEY)")] = None,
     baseline: Annotated[
         list[Baseline] | None,
-        typer.Option(help="tfidf, bm25, lda, mean or metric-two (the last two run --base-bundle); repeatable"),
+        typer.Option(help="tfidf, lexical, lda, mean or metric-two (the last two run --base-bundle); repeatable"),
     ] = None,
     base_bundle: Annotated[
         Path | None, typer.Option(help="off-the-shelf bundle of the mean and metric-two baselines (MS_BUNDLE_DIR)")
@@ -494,8 +494,9 @@ def tune(
     queries: Annotated[int, typer.Option(min=10, help="pseudo-queries made from the catalog's items")] = 400,
     seed: Annotated[int, typer.Option(help="seed of the pseudo-queries")] = 13,
 ) -> None:
-    """Choose the bundle's fusion weights (learned metric and BM25, per field) for a catalog without labels: its own
-    items as another shop would list them are the queries, each item the one to find (docs/bundle.md, "Fusion")."""
+    """Choose the bundle's fusion weights (learned metric per field, lexical per field and over the whole text) for a
+    catalog without labels: its own items as another shop would list them are the queries, each item the one to find
+    (docs/bundle.md, "Fusion")."""
     import time
 
     from metricsearch.evaluation import tune as tune_weights

@@ -97,20 +97,19 @@ class FieldSpec(_Strict):
 
 
 class LexicalSpec(_Strict):
-    """The sparse BM25 vectors stored beside the dense ones, per embedded field (core/lexical.py)."""
+    """The sparse term vectors stored beside the dense ones, per embedded field and for the whole text
+    (core/lexical.py)."""
 
     analyzer: Literal["words+joined-part-numbers/v1"] = Field(
         "words+joined-part-numbers/v1", description="the tokenizer of core/lexical.py that made the stored terms"
     )
-    k1: float = Field(1.2, gt=0)
-    b: float = Field(0.75, ge=0, le=1)
-    avg_length: dict[FieldName, float] = Field(
-        default_factory=lambda: {"title": 12.0, "description": 60.0},
-        description="expected field length in terms, BM25's length normalisation (fixed, so vectors never change)",
+    weighting: Literal["sublinear-tf-l2/v1"] = Field(
+        "sublinear-tf-l2/v1",
+        description="term weights 1 + ln tf, L2-normalised per text; the store multiplies by idf at query time",
     )
 
 
-FUSION_COMPONENTS = ("title", "description", "lexical_title", "lexical_description")
+FUSION_COMPONENTS = ("title", "description", "lexical_title", "lexical_description", "lexical_text")
 
 
 class FusionSpec(_Strict):
@@ -118,7 +117,7 @@ class FusionSpec(_Strict):
 
     weights: dict[str, float] = Field(
         description="weight >= 0 of each component: title, description (the learned metric per field), "
-        "lexical_title, lexical_description (BM25 per field)"
+        "lexical_title, lexical_description, lexical_text (TF-IDF cosine per field and over the whole text)"
     )
     chosen_by: str = Field("", description="how the weights were chosen (rule, pseudo-queries or labelled pairs)")
 
@@ -162,7 +161,9 @@ class Manifest(_Strict):
     fields: list[FieldSpec] = Field(
         default_factory=lambda: [FieldSpec(name="title", weight=1.0), FieldSpec(name="description", weight=1.0)]
     )
-    lexical: LexicalSpec | None = Field(None, description="BM25 vectors stored per field; none: dense only")
+    lexical: LexicalSpec | None = Field(
+        None, description="term vectors stored per field and for the whole text; none: dense only"
+    )
     fusion: FusionSpec | None = Field(None, description="the fused rerank's weights; none: the metric alone")
     provenance: Provenance
 

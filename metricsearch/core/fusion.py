@@ -1,4 +1,4 @@
-"""The fused rerank's normalisation: each component (a field's learned-metric score, a field's BM25) is turned into
+"""The fused rerank's normalisation: each component (a field's learned-metric score, a lexical score) is turned into
 a z-score with its mean and standard deviation over a sample of the catalog's item pairs, so a weight means the same
 on every catalog, and the ranking depends neither on k nor on the filter (statistics over the candidates would).
 Pure numpy, no I/O.
@@ -19,8 +19,17 @@ from metricsearch.core.records import point_id
 EPS = 1e-9
 STATS_SAMPLE = 200
 """Items whose pairs (about 40k) estimate a catalog's component statistics."""
-DEFAULT_FUSION = {"title": 1.0, "description": 1.0, "lexical_title": 1.0, "lexical_description": 1.0}
-DEFAULT_FUSION_RULE = "equal weights (placeholder until measured)"
+DEFAULT_FUSION = {
+    "title": 1.0,
+    "description": 0.5,
+    "lexical_title": 0.0,
+    "lexical_description": 0.5,
+    "lexical_text": 2.0,
+}
+DEFAULT_FUSION_RULE = (
+    "metricsearch tune on the Abt-Buy catalog (both shops' items, no gold matches; 400 pseudo-queries, seed 13), "
+    "confirmed on Walmart-Amazon, which it never saw"
+)
 """The packaged model's fusion weights and the rule that chose them (EVALUATION.md, "Hybrid")."""
 TITLE_OF = {"description": "title", "lexical_description": "lexical_title"}
 

@@ -1,12 +1,17 @@
-"""Lexical evidence: the analyzer and BM25 (Robertson and Zaragoza, "The Probabilistic Relevance Framework: BM25 and
-Beyond", 2009) that every item's title and description get beside their dense vectors.
+"""Lexical evidence: the analyzer and the TF-IDF cosine that every item's title, description and whole text get
+beside their dense vectors.
 
-A document's sparse vector holds BM25's saturated term frequency per term, tf (k1 + 1) / (tf + k1 (1 - b + b dl /
-avgdl)); a query's holds 1 per distinct term; their dot product weighted by each query term's inverse document
-frequency, idf = ln(1 + (N - df + 0.5) / (df + 0.5)), is BM25. Qdrant applies that same idf to stored sparse vectors
-(the `idf` modifier), so the embedded store, a Qdrant server and `bm25_scores` below rank alike by construction.
+A text's sparse vector holds, per term, its sublinear term frequency 1 + ln tf, L2-normalised over the text's terms;
+a query's vector is made the same way. Their dot product with each term weighted by its inverse document frequency,
+idf = ln(1 + (N - df + 0.5) / (df + 0.5)), is the lexical score: sum_t idf_t q_t d_t, between 0 and the largest idf.
+Qdrant applies that same idf to stored sparse vectors (the `idf` modifier), so the embedded store, a Qdrant server and
+`lexical_scores` below rank alike by construction, and a document's vector never changes when others arrive.
 
-Written by hand: Qdrant's built-in BM25 analyzers lowercase and split words but do not join a part number's pieces
+Why not BM25 (Robertson and Zaragoza, 2009): it scores a short query against documents; here an item is compared with
+items, and BM25's unnormalised sums let long descriptions win. Measured with this analyzer on both catalog pairs
+(EVALUATION.md, "Hybrid"), the normalised score over the whole text beat BM25 per field and over the whole text.
+
+Written by hand: Qdrant's built-in analyzers lowercase and split words but do not join a part number's pieces
 ("PS-LX350H" vs "PSLX350H"), which is most of what a product catalog's lexical match is about; and term ids are a
 stable hash, so no vocabulary is stored or shared between processes.
 """
@@ -25,7 +30,6 @@ import numpy as np
 
 from metricsearch.core.bundle import Manifest
 
-ANALYZER = "words+joined-part-numbers/v1"
 _PIECES = re.compile(r"[^\W_]+")
 
 
@@ -67,27 +71,12 @@ def _sparse(weights: dict[int, float]) -> SparseVector:
     return SparseVector(indices, np.array([weights[int(i)] for i in indices], dtype=np.float32))
 
 
-@dataclass(frozen=True)
-class Bm25:
-    """BM25's document-side parameters. `avg_length` is a fixed expected field length in terms (as Qdrant's own
-    BM25 takes one), so a document's vector never changes when other documents arrive."""
-
-    k1: float = 1.2
-    b: float = 0.75
-    avg_length: float = 12.0
-
-    def document(self, text: str) -> SparseVector:
-        terms = analyze(text)
-        if not terms:
-            return SparseVector.empty()
-        counts = Counter(term_id(t) for t in terms)
-        norm = self.k1 * (1.0 - self.b + self.b * len(terms) / self.avg_length)
-        return _sparse({i: tf * (self.k1 + 1.0) / (tf + norm) for i, tf in counts.items()})
-
-
-def query_vector(text: str) -> SparseVector:
-    """1 per distinct term of the query: BM25 ignores a query term's repetitions."""
-    return _sparse(dict.fromkeys((term_id(t) for t in analyze(text)), 1.0))
+def term_vector(text: str) -> SparseVector:
+    """The text's terms weighted 1 + ln tf, L2-normalised: what a document stores and a query sends."""
+    counts = Counter(term_id(t) for t in analyze(text))
+    weights = {i: 1.0 + math.log(tf) for i, tf in counts.items()}
+    norm = math.sqrt(math.fsum(w * w for w in weights.values()))
+    return _sparse({i: w / norm for i, w in weights.items()})
 
 
 def idf(document_frequency: np.ndarray, documents: int) -> np.ndarray:
@@ -108,14 +97,14 @@ def document_frequencies(documents: Iterable[SparseVector]) -> tuple[Counter[int
     return frequencies, count
 
 
-def bm25_scores(
+def lexical_scores(
     query: SparseVector, documents: Sequence[SparseVector], frequencies: Counter[int], n_documents: int
 ) -> np.ndarray:
-    """BM25 of the query against each document, with the given catalog-wide document frequencies: the brute-force
-    reference the stores' sparse search is checked against, and the evaluation's lexical score."""
+    """sum_t idf_t q_t d_t of the query against each document, with the given catalog-wide document frequencies: the
+    brute-force reference the stores' sparse search is checked against."""
     if not len(query) or not documents:
         return np.zeros(len(documents))
-    weights = idf(np.array([frequencies.get(int(i), 0) for i in query.indices]), n_documents)
+    weights = idf(np.array([frequencies.get(int(i), 0) for i in query.indices]), n_documents) * query.values
     position = dict(zip(query.indices.tolist(), weights.tolist(), strict=True))
     scores = np.zeros(len(documents))
     for n, doc in enumerate(documents):
@@ -124,33 +113,41 @@ def bm25_scores(
     return scores
 
 
-class LexicalFields:
-    """A bundle's lexical vectors per embedded field, named `lexical_<field>` as the stores and `scores` name them:
-    an item's documents and a query's terms, field to field (a free text stands for every field)."""
+WHOLE_TEXT = "text"
+"""The lexical field of title and description together: a part number matches wherever each shop wrote it."""
 
-    def __init__(self, fields: Sequence[str], k1: float, b: float, avg_length: dict[str, float]) -> None:
-        self.names = {field: f"lexical_{field}" for field in fields}
-        self._bm25 = {field: Bm25(k1, b, avg_length.get(field, Bm25.avg_length)) for field in fields}
+
+class LexicalFields:
+    """A bundle's lexical vectors, named `lexical_<field>` as the stores and `scores` name them: one per embedded
+    field and one for the whole text; an item's documents and a query's terms (a free text stands for every field)."""
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = [*fields, WHOLE_TEXT]
+        self.names = {field: f"lexical_{field}" for field in self.fields}
+
+    def _texts(self, title: str | None, description: str | None) -> dict[str, str]:
+        title, description = title or "", description or ""
+        return {"title": title, "description": description, WHOLE_TEXT: f"{title}\n{description}"}
 
     def documents(self, title: str, description: str) -> dict[str, SparseVector]:
-        texts = {"title": title, "description": description}
-        return {name: self._bm25[field].document(texts[field]) for field, name in self.names.items()}
+        """A field without a term gets an empty vector (a store keeps none)."""
+        texts = self._texts(title, description)
+        return {name: term_vector(texts[field]) for field, name in self.names.items()}
 
     def queries(
         self, title: str | None, description: str | None, free_text: str | None = None
     ) -> dict[str, SparseVector]:
-        """A field the query lacks gets no vector (its component is then unknown, not 0)."""
-        texts = {"title": title, "description": description}
-        return {
-            name: query_vector(free_text if free_text is not None else texts[field])
+        """A field the query has no term in gets no vector: its component is then unknown, not 0."""
+        texts = self._texts(title, description)
+        vectors = {
+            name: term_vector(free_text if free_text is not None else texts[field])
             for field, name in self.names.items()
-            if free_text is not None or (texts[field] or "").strip()
         }
+        return {name: vector for name, vector in vectors.items() if len(vector)}
 
 
 def lexical_fields(manifest: Manifest) -> LexicalFields | None:
-    """The bundle's lexical fields: the fields it embeds, with its BM25 parameters; None without lexical vectors."""
-    spec = manifest.lexical
-    if spec is None:
+    """The bundle's lexical fields (the fields it embeds, and the whole text); None without lexical vectors."""
+    if manifest.lexical is None:
         return None
-    return LexicalFields([f.name for f in manifest.fields if f.weight > 0], spec.k1, spec.b, spec.avg_length)
+    return LexicalFields([f.name for f in manifest.fields if f.weight > 0])

@@ -5,10 +5,10 @@ from metricsearch.evaluation.datasets import EvalData, read_task, split_halves
 from metricsearch.evaluation.harness import ModelResult, evaluate
 from metricsearch.evaluation.report import compare_tables, describe, load_run, markdown_table, plot_runs, write_run
 from metricsearch.evaluation.scorers import (
-    Bm25Scorer,
     BundleScorer,
     HttpScorer,
     LdaScorer,
+    LexicalScorer,
     Scorer,
     TfidfScorer,
     baseline_scorers,
@@ -16,11 +16,11 @@ from metricsearch.evaluation.scorers import (
 from metricsearch.evaluation.tuning import Tuned, tune
 
 __all__ = [
-    "Bm25Scorer",
     "BundleScorer",
     "EvalData",
     "HttpScorer",
     "LdaScorer",
+    "LexicalScorer",
     "ModelResult",
     "Scorer",
     "TfidfScorer",

@@ -14,10 +14,10 @@ import numpy as np
 from tqdm import tqdm
 
 from metricsearch.core import scoring
-from metricsearch.core.bundle import FieldSpec, LexicalSpec, load_bundle
+from metricsearch.core.bundle import FieldSpec, load_bundle
 from metricsearch.core.errors import InvalidInputError
 from metricsearch.core.fusion import ComponentStats, fuse, stats_sample
-from metricsearch.core.lexical import LexicalFields, SparseVector, document_frequencies, idf, lexical_fields
+from metricsearch.core.lexical import WHOLE_TEXT, LexicalFields, SparseVector, document_frequencies, idf, lexical_fields
 from metricsearch.core.records import Item
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
@@ -25,7 +25,7 @@ from metricsearch.evaluation.datasets import EvalData
 
 Inference = Literal["served", "metric-two", "mean"]
 INFERENCES: tuple[Inference, ...] = ("served", "metric-two", "mean")
-BASELINES = ("tfidf", "bm25", "lda", "mean", "metric-two")
+BASELINES = ("tfidf", "lexical", "lda", "mean", "metric-two")
 HTTP_MAX_K = 100  # the service's largest k
 
 
@@ -76,7 +76,7 @@ class BundleScorer:
             return f"RecoBERT fusion {tuple(self.manifest.recobert_lambdas)}"
         if self.rerank.fusion is not None:
             weights = ", ".join(f"{name} {w:g}" for name, w in self.rerank.fusion.items())
-            return f"{self.manifest.metric} fused with BM25 ({weights})"
+            return f"{self.manifest.metric} fused with lexical scores ({weights})"
         weights = ", ".join(f"{w:g}" for w in self.weights)
         metric = self.manifest.metric
         if metric == "frobenius":
@@ -101,7 +101,7 @@ class BundleScorer:
         return fuse(self.components(queries, candidates, lexical), stats, self.rerank.fusion)
 
     def prepare(self, data: EvalData) -> tuple[list[FieldVectors], FieldVectors, dict[str, np.ndarray] | None]:
-        """The task's queries and candidates as the service holds them, and each pair's BM25 per field."""
+        """The task's queries and candidates as the service holds them, and each pair's lexical scores."""
         dim = self.encoder.dim
         outside = [i for i, own in enumerate(data.own_index) if own is None]
         encoded_candidates = self._field_encodings(data.candidates)
@@ -121,7 +121,7 @@ class BundleScorer:
                 vectors = encoded[i][:, :dim]
                 fields, present = scoring.normalize_rows(vectors), np.linalg.norm(vectors, axis=-1) > 0
                 queries.append(FieldVectors(fields, present, self._factors(encoded[i][None])[0]))
-        lexical = self._lexical(data.queries, [q.present for q in queries], data.candidates, stored_present)
+        lexical = self._lexical(data.queries, data.candidates, stored_present)
         return queries, candidates, lexical
 
     def components(
@@ -135,30 +135,27 @@ class BundleScorer:
         return {name: np.stack(values) for name, values in rows.items()}
 
     def _lexical(
-        self,
-        queries: Sequence[Item],
-        query_present: Sequence[np.ndarray],
-        candidates: Sequence[Item],
-        present: np.ndarray,
+        self, queries: Sequence[Item], candidates: Sequence[Item], present: np.ndarray
     ) -> dict[str, np.ndarray] | None:
-        """BM25 of every query against every candidate per field, idf over the candidates (the service's is over
-        its whole store); NaN where either side lacks the field."""
+        """Every query's lexical score against every candidate per lexical field, idf over the candidates (the
+        service's is over its whole store); NaN where the query has no term in the field or the candidate lacks it,
+        as Catalog._lexical."""
         if self.lexical is None:
             return None
         documents = [self.lexical.documents(c.title, c.description) for c in candidates]
         out = {}
-        for col, name in enumerate(self.lexical.names.values()):
+        for field, name in self.lexical.names.items():
             terms = [self.lexical.queries(q.title, q.description).get(name) for q in queries]
-            matrix = bm25_matrix([t or SparseVector.empty() for t in terms], [d[name] for d in documents])
-            asked = [bool(p[col]) and t is not None for p, t in zip(query_present, terms, strict=True)]
-            out[name] = np.where(np.outer(asked, present[:, col]), matrix, np.nan)
+            matrix = lexical_matrix([t or SparseVector.empty() for t in terms], [d[name] for d in documents])
+            known = present[:, self.rerank.fields.index(field)] if field in self.rerank.fields else True
+            out[name] = np.where(np.outer([t is not None for t in terms], known), matrix, np.nan)
         return out
 
     def stats(self, items: Sequence[Item], stored: FieldVectors) -> ComponentStats:
         """The catalog's component statistics as the service estimates them: pairs among the same sample."""
         sample = stats_sample([item.id for item in items])
         picked = FieldVectors(stored.fields[sample], stored.present[sample], stored.factors[sample])
-        lexical = self._lexical([items[j] for j in sample], list(picked.present), items, stored.present)
+        lexical = self._lexical([items[j] for j in sample], items, stored.present)
         parts: dict[str, list[np.ndarray]] = {}
         for n in range(len(sample)):
             query = FieldVectors(picked.fields[n], picked.present[n], picked.factors[n])
@@ -188,8 +185,9 @@ def _row(lexical: dict[str, np.ndarray] | None, i: int) -> dict[str, np.ndarray]
     return None if lexical is None else {name: matrix[i] for name, matrix in lexical.items()}
 
 
-def bm25_matrix(queries: Sequence[SparseVector], documents: Sequence[SparseVector]) -> np.ndarray:
-    """(queries, documents) BM25 with idf over the documents: core.lexical.bm25_scores as one sparse product."""
+def lexical_matrix(queries: Sequence[SparseVector], documents: Sequence[SparseVector]) -> np.ndarray:
+    """(queries, documents) lexical scores with idf over the documents: core.lexical.lexical_scores as one sparse
+    product."""
     from scipy.sparse import csr_matrix
 
     frequencies, n_documents = document_frequencies(documents)
@@ -202,26 +200,25 @@ def bm25_matrix(queries: Sequence[SparseVector], documents: Sequence[SparseVecto
         data = np.concatenate([values(v) for v in vectors]) if vectors else np.zeros(0)
         return csr_matrix((data, (rows, cols)), shape=(len(vectors), len(terms)))
 
-    query_matrix = matrix(
-        queries, lambda v: idf(np.array([frequencies.get(int(t), 0) for t in v.indices]), n_documents)
-    )
+    def weighted(v: SparseVector) -> np.ndarray:
+        return v.values * idf(np.array([frequencies.get(int(t), 0) for t in v.indices]), n_documents)
+
+    query_matrix = matrix(queries, weighted)
     return np.asarray((query_matrix @ matrix(documents, lambda v: v.values.astype(np.float64)).T).todense())
 
 
-class Bm25Scorer:
-    """BM25 alone, per field (title to title, description to description) summed, with the bundles' analyzer."""
+class LexicalScorer:
+    """The service's lexical score alone, over the whole text (title + description), with the bundles' analyzer."""
 
-    label = "BM25 (title + description fields)"
-    how = "core/lexical.py analyzer, k1 1.2, b 0.75, idf over the candidates"
+    label = "lexical alone (TF-IDF cosine over title + description, the bundles' analyzer)"
+    how = "core/lexical.py: sublinear tf, L2-normalised, idf over the candidates"
 
     def scores(self, data: EvalData) -> np.ndarray:
-        fields = LexicalFields(["title", "description"], 1.2, 0.75, LexicalSpec().avg_length)
-        documents = [fields.documents(c.title, c.description) for c in data.candidates]
-        total = np.zeros((len(data.queries), len(data.candidates)))
-        for name in fields.names.values():
-            terms = [fields.queries(q.title, q.description).get(name) or SparseVector.empty() for q in data.queries]
-            total += bm25_matrix(terms, [d[name] for d in documents])
-        return total
+        fields = LexicalFields([])
+        name = fields.names[WHOLE_TEXT]
+        documents = [fields.documents(c.title, c.description)[name] for c in data.candidates]
+        terms = [fields.queries(q.title, q.description).get(name, SparseVector.empty()) for q in data.queries]
+        return lexical_matrix(terms, documents)
 
 
 class TfidfScorer:
@@ -386,8 +383,8 @@ def baseline_scorers(names: Sequence[str], base_bundle: Path, seed: int = 13) ->
     for name in names:
         if name == "tfidf":
             made[name] = TfidfScorer()
-        elif name == "bm25":
-            made[name] = Bm25Scorer()
+        elif name == "lexical":
+            made[name] = LexicalScorer()
         elif name == "lda":
             made[name] = LdaScorer(seed=seed)
         else:

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from metricsearch.core.augment import title_variant
-from metricsearch.core.bundle import FusionSpec, load_bundle, write_manifest
+from metricsearch.core.bundle import FUSION_COMPONENTS, FusionSpec, load_bundle, write_manifest
 from metricsearch.core.errors import InvalidInputError
 from metricsearch.core.fusion import zscores
 from metricsearch.core.readers import read_catalog_list, records
@@ -30,7 +30,7 @@ from metricsearch.evaluation.datasets import EvalData
 from metricsearch.evaluation.scorers import BundleScorer
 
 GRID = (0.0, 0.5, 1.0, 2.0)
-"""Weights tried for each component; a grid of 4 values over 4 components is 255 weightings (all-zero left out)."""
+"""Weights tried for each component; 4 values over 5 components are 1,023 weightings (all-zero left out)."""
 PSEUDO_QUERIES = 400
 MAX_RANK = 100  # ranks past the service's largest k count as 0 in MRR, as the evaluation's HTTP runs do
 
@@ -103,8 +103,8 @@ def tune(
     loaded = load_bundle(bundle)
     if loaded.manifest.lexical is None or loaded.manifest.metric == "recobert":
         raise InvalidInputError(
-            f"{bundle}: tuning fuses the learned metric with BM25, which needs a bundle with lexical vectors and "
-            "metric 'angular' or 'frobenius': re-export it with this version's `metricsearch export`"
+            f"{bundle}: tuning fuses the learned metric with lexical scores, which needs a bundle with lexical "
+            "vectors and metric 'angular' or 'frobenius': re-export it with this version's `metricsearch export`"
         )
     items = read_catalog_list(catalog)
     if len(items) < 10:
@@ -123,7 +123,7 @@ def tune(
     z = zscores(scorer.components(prepared_queries, candidates, lexical), scorer.stats(items, candidates))
     # Without a single description the description weights cannot be told apart from the title's: they stay 0.
     described = any(item.description.strip() for item in items)
-    names = [n for n in ("title", "description", "lexical_title", "lexical_description") if n in z]
+    names = [n for n in FUSION_COMPONENTS if n in z]
     names = [n for n in names if described or "description" not in n]
     relevant = relevance_mask(data.relevant, len(items))
     others = ~relevance_mask([[] if own is None else [own] for own in data.own_index], len(items))

@@ -1,7 +1,7 @@
-"""Use cases: index items (embed each field once, store once, with its BM25 vectors when the bundle has lexical
-vectors) and find similar items (candidates from the store: ANN, plus the best BM25 matches per field; then an exact
-rerank in numpy with the bundle's metric, fused with BM25 when the bundle says so, normalised with statistics of
-the whole catalog, so a ranking depends neither on k nor on the filter).
+"""Use cases: index items (embed each field once, store once, with its term vectors when the bundle has lexical
+vectors) and find similar items (candidates from the store: ANN, plus the best lexical matches over the whole text;
+then an exact rerank in numpy with the bundle's metric, fused with the lexical scores when the bundle says so,
+normalised with statistics of the whole catalog, so a ranking depends neither on k nor on the filter).
 
 A second-order bundle (pooling cov or svd) stores two vectors per item: the packed first-order (mean) vector that
 the ANN search uses, and the per-field factors (F x rank x dim, flattened) that the Frobenius rerank reads back."""
@@ -19,7 +19,7 @@ from metricsearch.core import scoring, second_order
 from metricsearch.core.bundle import Bundle, Manifest
 from metricsearch.core.errors import InvalidInputError, NotFoundError
 from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats
-from metricsearch.core.lexical import SparseVector, lexical_fields
+from metricsearch.core.lexical import WHOLE_TEXT, SparseVector, lexical_fields
 from metricsearch.core.records import Item, Match
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
@@ -195,17 +195,17 @@ class Catalog:
         return FieldVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
 
     def _lexical(
-        self, terms: dict[str, SparseVector], query_present: np.ndarray, present: np.ndarray, ids: Sequence[str]
+        self, terms: dict[str, SparseVector], present: np.ndarray, ids: Sequence[str]
     ) -> dict[str, np.ndarray] | None:
-        """Each candidate's BM25 per field, from the store (its idf is the live catalog's); NaN where either side
-        lacks the field."""
+        """Each candidate's lexical score per lexical field, from the store (its idf is the live catalog's); NaN where
+        the query has no term in the field or the candidate lacks it (the whole text is never missing)."""
         if self.lexical is None:
             return None
         scores = self.store.lexical_scores(terms, ids)
         lexical = {}
-        for col, name in enumerate(self.lexical.names.values()):
-            known = present[:, col] & bool(query_present[col]) & (name in terms)
-            lexical[name] = np.where(known, scores.get(name, np.zeros(len(ids))), np.nan)
+        for field, name in self.lexical.names.items():
+            known = present[:, self.fields.index(field)] if field in self.fields else np.ones(len(ids), dtype=bool)
+            lexical[name] = np.where(known & (name in terms), scores.get(name, np.zeros(len(ids))), np.nan)
         return lexical
 
     def stats(self) -> ComponentStats:
@@ -233,7 +233,7 @@ class Catalog:
                 stored.fields[n], stored.present[n], None if stored.factors is None else stored.factors[n]
             )
             terms = self.lexical.queries(item.title, item.description) if self.lexical else {}
-            lexical = self._lexical(terms, stored.present[n], stored.present, ids)
+            lexical = self._lexical(terms, stored.present, ids)
             others = np.arange(len(sample)) != n
             for name, values in self.rerank.metric_scores(query, stored, lexical)[1].items():
                 parts.setdefault(name, []).append(values[others])
@@ -264,6 +264,14 @@ class Catalog:
         """A text query's lexical vectors per field (none for a bundle without lexical vectors)."""
         return self.lexical.queries(title, description, free_text=text) if self.lexical else {}
 
+    def _prefetched(self, terms: dict[str, SparseVector] | None) -> dict[str, SparseVector] | None:
+        """The lexical candidates come from the whole text alone: it holds every field's terms, and one sparse
+        prefetch costs a third of three."""
+        if terms is None or self.lexical is None:
+            return None
+        whole = self.lexical.names[WHOLE_TEXT]
+        return {whole: terms[whole]} if whole in terms else None
+
     def similar(
         self,
         query: FieldVectors,
@@ -278,11 +286,11 @@ class Catalog:
             raise InvalidInputError("k must be at least 1")
         ann = scoring.pack(query.fields[None, :, :] * query.present[None, :, None], self.weights)[0]
         limit = max(self._candidates_min, self._candidates_factor * k)
-        found = self.store.search(ann, limit, conditions, exclude_ids, lexical=terms)
+        found = self.store.search(ann, limit, conditions, exclude_ids, lexical=self._prefetched(terms))
         if not found.listings:
             return []
         candidates = self._stored(found.vectors)
-        lexical = None if terms is None else self._lexical(terms, query.present, candidates.present, found.ids)
+        lexical = None if terms is None else self._lexical(terms, candidates.present, found.ids)
         stats = self.stats() if self.rerank.fusion is not None else None
         ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of

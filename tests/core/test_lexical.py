@@ -1,4 +1,4 @@
-"""The analyzer and BM25 against hand-computed values and a brute-force BM25 over whole texts."""
+"""The analyzer and the lexical score against hand-computed values and a brute-force TF-IDF cosine over whole texts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from metricsearch.core.lexical import Bm25, analyze, bm25_scores, document_frequencies, idf, query_vector, term_id
+from metricsearch.core.lexical import (
+    LexicalFields,
+    analyze,
+    document_frequencies,
+    idf,
+    lexical_scores,
+    term_id,
+    term_vector,
+)
 
 
 def test_part_numbers_match_whatever_their_punctuation():
@@ -30,30 +38,37 @@ def test_term_ids_are_stable_32_bit():
     assert term_id("\ud800") >= 0  # a lone surrogate is a term like any other, not a crash
 
 
-def test_document_weights_are_bm25_term_saturation():
-    bm25 = Bm25(k1=1.2, b=0.75, avg_length=4.0)
-    vector = bm25.document("red red shirt")  # dl = 3
+def test_term_weights_are_sublinear_tf_normalised():
+    vector = term_vector("red red shirt")
     weights = dict(zip(vector.indices.tolist(), vector.values.tolist(), strict=True))
-    norm = 1.2 * (1 - 0.75 + 0.75 * 3 / 4.0)
-    assert math.isclose(weights[term_id("red")], 2 * 2.2 / (2 + norm), rel_tol=1e-6)
-    assert math.isclose(weights[term_id("shirt")], 1 * 2.2 / (1 + norm), rel_tol=1e-6)
-    assert len(bm25.document("")) == 0
+    red, shirt = 1 + math.log(2), 1.0
+    norm = math.hypot(red, shirt)
+    assert math.isclose(weights[term_id("red")], red / norm, rel_tol=1e-6)
+    assert math.isclose(weights[term_id("shirt")], shirt / norm, rel_tol=1e-6)
+    assert len(term_vector("")) == 0 and len(term_vector(" -- ")) == 0
 
 
-def brute_force_bm25(query: str, documents: list[str], k1: float, b: float, avg: float) -> list[float]:
-    """BM25 from its definition over the analyzed texts, nothing shared with the code under test but analyze()."""
+def brute_force(query: str, documents: list[str]) -> list[float]:
+    """sum_t idf_t q_t d_t from its definition over the analyzed texts, nothing shared with the code under test but
+    analyze()."""
     analyzed = [analyze(d) for d in documents]
     holding = [d for d in analyzed if d]
     n = len(holding)
+
+    def unit(terms: list[str]) -> dict[str, float]:
+        weights = {t: 1 + math.log(c) for t, c in Counter(terms).items()}
+        norm = math.sqrt(sum(w * w for w in weights.values()))
+        return {t: w / norm for t, w in weights.items()}
+
+    q = unit(analyze(query))
     scores = []
     for terms in analyzed:
-        counts = Counter(terms)
+        d = unit(terms) if terms else {}
         total = 0.0
-        for term in set(analyze(query)):
-            df = sum(term in d for d in holding)
-            weight = math.log(1 + (n - df + 0.5) / (df + 0.5))
-            tf = counts[term]
-            total += weight * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len(terms) / avg)) if tf else 0.0
+        for term, weight in q.items():
+            if term in d:
+                df = sum(term in h for h in holding)
+                total += math.log(1 + (n - df + 0.5) / (df + 0.5)) * weight * d[term]
         scores.append(total)
     return scores
 
@@ -64,12 +79,29 @@ texts = st.lists(words, min_size=0, max_size=8).map(" ".join)
 
 @settings(max_examples=60, deadline=None)
 @given(query=texts, documents=st.lists(texts, min_size=1, max_size=8))
-def test_bm25_scores_equal_brute_force(query, documents):
-    bm25 = Bm25(k1=1.2, b=0.75, avg_length=5.0)
-    vectors = [bm25.document(d) for d in documents]
+def test_lexical_scores_equal_brute_force(query, documents):
+    vectors = [term_vector(d) for d in documents]
     frequencies, n = document_frequencies(vectors)
-    got = bm25_scores(query_vector(query), vectors, frequencies, n)
-    np.testing.assert_allclose(got, brute_force_bm25(query, documents, 1.2, 0.75, 5.0), rtol=1e-5, atol=1e-6)
+    got = lexical_scores(term_vector(query), vectors, frequencies, n)
+    np.testing.assert_allclose(got, brute_force(query, documents), rtol=1e-5, atol=1e-6)
+
+
+def test_a_text_scores_itself_highest_and_the_whole_text_holds_both_fields():
+    documents = [term_vector(t) for t in ("sony ps-lx350h turntable", "sony speaker", "red shirt")]
+    frequencies, n = document_frequencies(documents)
+    scores = lexical_scores(term_vector("Sony PSLX350H turntable"), documents, frequencies, n)
+    assert scores.argmax() == 0 and scores[2] == 0
+    fields = LexicalFields(["title", "description"])
+    assert list(fields.names.values()) == ["lexical_title", "lexical_description", "lexical_text"]
+    docs = fields.documents("Sony turntable", "model PS-LX350H")
+    assert (
+        term_id("pslx350h") in docs["lexical_text"].indices
+        and term_id("pslx350h") in docs["lexical_description"].indices
+    )
+    assert term_id("pslx350h") not in docs["lexical_title"].indices
+    # A query field without a term has no vector (its component is unknown); a free text stands for every field.
+    assert set(fields.queries("Sony turntable", "")) == {"lexical_title", "lexical_text"}
+    assert set(fields.queries(None, None, free_text="sony")) == set(fields.names.values())
 
 
 def test_idf_is_qdrants_and_positive():

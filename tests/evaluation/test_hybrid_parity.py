@@ -1,5 +1,5 @@
 """Evaluate what you serve: a fused bundle scored in-process by the evaluation gives the scores the service's own
-catalog gives for the same items (the same BM25, idf, statistics sample and fusion)."""
+catalog gives for the same items (the same lexical scores, idf, statistics sample and fusion)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import shutil
 
 import numpy as np
 
-from metricsearch.core.fusion import DEFAULT_FUSION
+from metricsearch.core.bundle import FUSION_COMPONENTS
 from metricsearch.core.records import Item
 from metricsearch.evaluation import BundleScorer, EvalData
 from metricsearch.service.config import Settings
@@ -20,7 +20,7 @@ def test_in_process_fused_scores_equal_the_services(tiny_bundle, tmp_path):
     bundle = tmp_path / "hybrid"
     shutil.copytree(tiny_bundle, bundle)
     manifest = json.loads((bundle / "bundle.json").read_text())
-    manifest["fusion"] = {"weights": {**DEFAULT_FUSION, "description": 0.5}, "chosen_by": "test"}
+    manifest["fusion"] = {"weights": {**dict.fromkeys(FUSION_COMPONENTS, 1.0), "description": 0.5}, "chosen_by": "test"}
     (bundle / "bundle.json").write_text(json.dumps(manifest))
     items = catalog_items(60)
     runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", candidates_min=100))
@@ -47,10 +47,10 @@ def test_in_process_fused_scores_equal_the_services(tiny_bundle, tmp_path):
             np.testing.assert_allclose(scores[row, position[item_id]], score, rtol=1e-4, atol=1e-4, err_msg=query)
 
 
-def test_bm25_baseline_finds_a_part_number(tmp_path):
+def test_lexical_baseline_finds_a_part_number(tmp_path):
     from metricsearch.evaluation import baseline_scorers
 
-    (scorer,) = baseline_scorers(["bm25"], tmp_path)
+    (scorer,) = baseline_scorers(["lexical"], tmp_path)
     candidates = [Item("a", "kettle PS-LX350H"), Item("b", "kettle steel"), Item("c", "mug")]
     data = EvalData("catalog-match", "t", [Item("q", "PSLX350H kettle")], candidates, [[0]], [None])
     assert np.argmax(scorer.scores(data)[0]) == 0

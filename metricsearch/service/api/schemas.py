@@ -135,9 +135,14 @@ class FieldScores(BaseModel):
     title: float | None = Field(None, description="the learned metric on the titles: -(angular distance), or S_F")
     description: float | None = Field(None, description="the same on the descriptions; null when either has none")
     lexical_title: float | None = Field(
-        None, description="BM25 of the query's title terms in the item's title (bundles with lexical vectors)"
+        None,
+        description="TF-IDF cosine of the query's title and the item's title, in [0, max idf] (bundles with lexical "
+        "vectors); null when either has no term",
     )
     lexical_description: float | None = Field(None, description="the same on descriptions; null when either has none")
+    lexical_text: float | None = Field(
+        None, description="the same over each one's whole text (title and description together)"
+    )
 
 
 class SimilarResult(BaseModel):

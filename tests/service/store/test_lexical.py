@@ -1,4 +1,4 @@
-"""Sparse BM25 vectors in both stores: scores equal the core's brute-force BM25 (the same analyzer and idf in the
+"""Sparse term vectors in both stores: scores equal the core's brute-force score (the same analyzer and idf in the
 embedded shard, a Qdrant server's API and numpy), and a lexical query adds its best matches to the candidates."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from metricsearch.core.lexical import Bm25, bm25_scores, document_frequencies, query_vector
+from metricsearch.core.lexical import document_frequencies, lexical_scores, term_vector
 from metricsearch.service.store import EdgeStore, RemoteStore
 from metricsearch.service.store.base import Equals, StoredItem, VectorSchema
 
@@ -22,7 +22,6 @@ TITLES = [
     "blue linen shirt",
     "",  # no terms: no sparse vector stored
 ]
-BM25 = Bm25(avg_length=5.0)
 
 
 def items(rng: np.random.Generator) -> list[StoredItem]:
@@ -34,7 +33,7 @@ def items(rng: np.random.Generator) -> list[StoredItem]:
             metadata={"shop": "a" if n % 2 else "b"},
             content_hash=str(n),
             vectors={"ann": rng.normal(size=8).astype(np.float32)},
-            sparse={"lex_title": BM25.document(title)},
+            sparse={"lex_title": term_vector(title)},
         )
         for n, title in enumerate(TITLES)
     ]
@@ -52,12 +51,12 @@ def store(request, tmp_path):
 
 
 @pytest.mark.parametrize("text", ["sony ps-lx350h", "PSLX350H", "shirt", "nothing matches", "eos 5d"])
-def test_lexical_scores_equal_brute_force_bm25(store, text):
+def test_lexical_scores_equal_brute_force(store, text):
     ids = [f"i{n}" for n in range(len(TITLES))]
-    query = query_vector(text)
+    query = term_vector(text)
     got = store.lexical_scores({"lex_title": query}, ids)["lex_title"]
-    frequencies, documents = document_frequencies(BM25.document(t) for t in TITLES)
-    expected = bm25_scores(query, [BM25.document(t) for t in TITLES], frequencies, documents)
+    frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
+    expected = lexical_scores(query, [term_vector(t) for t in TITLES], frequencies, documents)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
@@ -66,19 +65,19 @@ def test_a_part_number_only_match_becomes_a_candidate(store):
     far = -store.get(["i3"], with_vectors=True)["i3"].vectors["ann"]  # the dense query points away from i3
     dense_only = store.search(far + 0.01 * rng.normal(size=8), limit=2).ids
     assert "i3" not in dense_only
-    hybrid = store.search(far, limit=2, lexical={"lex_title": query_vector("PSLX-350H")}).ids
+    hybrid = store.search(far, limit=2, lexical={"lex_title": term_vector("PSLX-350H")}).ids
     assert "i3" in hybrid and set(dense_only) <= set(hybrid)
 
 
 def test_lexical_candidates_respect_the_filter(store):
     found = store.search(
-        np.ones(8), limit=3, conditions=[Equals("shop", "a")], lexical={"lex_title": query_vector("sony")}
+        np.ones(8), limit=3, conditions=[Equals("shop", "a")], lexical={"lex_title": term_vector("sony")}
     )
     assert found.ids and all(listing.metadata["shop"] == "a" for listing in found.listings)
 
 
 def test_items_without_terms_or_unknown_ids_score_zero(store):
-    scores = store.lexical_scores({"lex_title": query_vector("sony")}, ["i7", "missing", "i0"])["lex_title"]
+    scores = store.lexical_scores({"lex_title": term_vector("sony")}, ["i7", "missing", "i0"])["lex_title"]
     assert scores[0] == 0 and scores[1] == 0 and scores[2] > 0
 
 

@@ -1,0 +1,73 @@
+"""The public datasets the benchmarks read, from one place: `MS_BENCH_DATA` (default ../shared/data/raw beside the
+repository, see its README.md), never copied into the repository."""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("MS_BENCH_DATA", ROOT.parent / "shared/data/raw"))
+
+
+@dataclass(frozen=True)
+class Product:
+    id: str
+    title: str
+    description: str
+
+
+def _read_products(path: Path, encoding: str, title: str = "name") -> list[Product]:
+    with path.open(newline="", encoding=encoding) as f:
+        return [Product(row["id"], row[title].strip(), (row["description"] or "").strip()) for row in csv.DictReader(f)]
+
+
+def abt_buy() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
+    """Abt products, Buy products, and each Abt id's gold Buy ids."""
+    abt = _read_products(DATA / "abt_buy/Abt.csv", "latin-1")
+    buy = _read_products(DATA / "abt_buy/Buy.csv", "utf-8")
+    gold: dict[str, set[str]] = {}
+    with (DATA / "abt_buy/abt_buy_perfectMapping.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            gold.setdefault(row["idAbt"], set()).add(row["idBuy"])
+    return abt, buy, gold
+
+
+def walmart_amazon() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
+    """Walmart (left) products, Amazon (right) products, and each left id's gold right ids."""
+    left = _read_products(DATA / "walmart_amazon/left.csv", "utf-8", title="title")
+    right = _read_products(DATA / "walmart_amazon/right.csv", "utf-8", title="title")
+    gold: dict[str, set[str]] = {}
+    with (DATA / "walmart_amazon/mapping.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            gold.setdefault(row["idLeft"], set()).add(row["idRight"])
+    return left, right, gold
+
+
+CATALOG_PAIRS = {"Abt-Buy": abt_buy, "Walmart-Amazon": walmart_amazon}
+
+
+def write_catalog_match(left: list[Product], right: list[Product], gold: dict[str, set[str]], folder: Path) -> Path:
+    """A `catalog-match` folder (docs/evaluation.md): left.csv, right.csv, gold.csv."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, products in (("left", left), ("right", right)):
+        with (folder / f"{name}.csv").open("w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(["id", "title", "description"])
+            writer.writerows((p.id, p.title, p.description) for p in products)
+    with (folder / "gold.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["left_id", "right_id"])
+        writer.writerows((a, b) for a, matches in sorted(gold.items()) for b in sorted(matches))
+    return folder
+
+
+def write_catalog(products: list[Product], path: Path) -> Path:
+    """Products as one unlabelled catalog CSV (what `metricsearch tune` and `train` read)."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "title", "description"])
+        writer.writerows((p.id, p.title, p.description) for p in products)
+    return path

@@ -1,0 +1,147 @@
+"""Hybrid quality: the packaged model's fused rerank (learned metric + lexical scores) on both catalog pairs, next to
+TF-IDF, the lexical score alone and the off-the-shelf per-field angular rerank, measured in one run; the default
+weights re-derived by their rule (`metricsearch tune` on Abt-Buy's catalog, no labels); each pair tuned on its own
+catalog; and the default bundle served through HTTP (POST /index, POST /similar, k = 100). Prints a table and
+rewrites EVALUATION.md's "Hybrid" section.
+
+    .venv/bin/python -m bench.hybrid [--no-http] [--report EVALUATION.md]
+
+Each left item ranks every right item of its pair; the best-ranked gold match counts (ties pessimistic). About 10
+minutes on 2 shared cores (encoding 7,600 items several times; HTTP indexing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from bench.data import CATALOG_PAIRS, ROOT, write_catalog, write_catalog_match
+from bench.report import write_section
+from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE
+from metricsearch.core.ranking import pessimistic_rank, ranking_metrics
+from metricsearch.evaluation import BundleScorer, HttpScorer, LexicalScorer, TfidfScorer, read_task, tune
+from metricsearch.service import ServiceProcess
+
+CLI = [sys.executable, "-m", "metricsearch.cli"]
+RULE_PAIR = "Abt-Buy"  # the pair whose catalog (never its gold) chooses the default weights
+
+
+def metrics(scores: np.ndarray, relevant: list[list[int]]) -> dict[str, float]:
+    ranks = [pessimistic_rank(scores[i], r) for i, r in enumerate(relevant)]
+    return ranking_metrics(ranks, scores.shape[1], ks=(1, 10))
+
+
+def weights_text(weights: dict[str, float]) -> str:
+    return ", ".join(f"{name} {w:g}" for name, w in weights.items() if w > 0)
+
+
+def export_default(bundle: Path) -> None:
+    subprocess.run([*CLI, "export", "--bundle", str(bundle), "--overwrite"], check=True, capture_output=True)
+
+
+def served(bundle: Path, data, workdir: Path) -> np.ndarray:
+    """The bundle behind a real service on 127.0.0.1: candidates indexed through /index, queries by text."""
+    service = ServiceProcess(bundle, workdir / f"data-{time.monotonic_ns()}", {"MS_INTRA_OP_THREADS": "0"})
+    service.start(timeout_s=180)
+    try:
+        scorer = HttpScorer(service.url, timeout_s=600)
+        try:
+            return scorer.scores(data)
+        finally:
+            scorer.close()
+    finally:
+        service.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-http", action="store_true", help="skip the served (HTTP) rows")
+    parser.add_argument("--report", type=Path, default=ROOT / "EVALUATION.md")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix="hybrid-bench-"))
+    try:
+        default = workdir / "default"
+        export_default(default)
+        folders, catalogs = {}, {}
+        for pair, read in CATALOG_PAIRS.items():
+            left, right, gold = read()
+            folders[pair] = write_catalog_match(left, right, gold, workdir / pair)
+            catalogs[pair] = write_catalog(left + right, workdir / f"{pair}-catalog.csv")
+
+        rule_bundle = workdir / "rule"
+        shutil.copytree(default, rule_bundle)
+        rederived = tune(catalogs[RULE_PAIR], rule_bundle).weights
+        reproduced = {n: w for n, w in rederived.items() if w} == {n: w for n, w in DEFAULT_FUSION.items() if w}
+        print(f"rule re-derived: {weights_text(rederived)}; equals DEFAULT_FUSION: {reproduced}", flush=True)
+
+        rows: dict[str, dict[str, dict[str, float]]] = {}
+        tuned_weights = {}
+        for pair, folder in folders.items():
+            data = read_task("catalog-match", folder)
+            own = workdir / f"tuned-{pair}"
+            shutil.copytree(default, own)
+            tuned_weights[pair] = tune(catalogs[pair], own).weights
+            scorers = {
+                "TF-IDF (title + description, scikit-learn)": TfidfScorer(),
+                "lexical score alone (whole text)": LexicalScorer(),
+                "all-MiniLM-L6-v2, per-field angular (1, 1), no lexical": BundleScorer(default, "metric-two"),
+                "default bundle, fused (in-process)": BundleScorer(default),
+                "default bundle re-tuned on the pair's own catalog (in-process)": BundleScorer(own),
+            }
+            for label, scorer in scorers.items():
+                rows.setdefault(label, {})[pair] = metrics(scorer.scores(data), data.relevant)
+                print(pair, label, rows[label][pair], flush=True)
+            if not args.no_http:
+                label = "default bundle, served through HTTP (k = 100)"
+                rows.setdefault(label, {})[pair] = metrics(served(default, data, workdir), data.relevant)
+                print(pair, label, rows[label][pair], flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    pairs = list(CATALOG_PAIRS)
+    header = "| scorer | " + " | ".join(f"{p} MRR | {p} HR@1 | {p} HR@10" for p in pairs) + " |"
+    lines = [header, "|---|" + "---:|" * (3 * len(pairs))]
+    for label, per_pair in rows.items():
+        cells = [f"{per_pair[p][m]:.3f}" for p in pairs for m in ("MRR", "HR@1", "HR@10") if p in per_pair]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    table = "\n".join(lines)
+    print(table)
+    tuned_lines = "\n".join(f"- tuned on {pair}'s own catalog: {weights_text(w)}" for pair, w in tuned_weights.items())
+    minutes = (time.perf_counter() - started) / 60
+    body = f"""Command: `.venv/bin/python -m bench.hybrid{" --no-http" if args.no_http else ""}` ({minutes:.0f} min on
+{platform.machine()}, {os.cpu_count()} cores, CPU only, shared). Each left item ranks every right item of its pair (the
+other shop); the best-ranked gold match counts, ties pessimistic; the served rows index the right items through
+`POST /index` and ask `POST /similar` with the left item's title and description, k = 100 (a match past 100 counts
+as last). In-process rows run the service's own scoring code (tests/evaluation/test_hybrid_parity.py holds them
+equal), with idf and statistics over the right items.
+
+{table}
+
+Default weights (`DEFAULT_FUSION`, metricsearch/core/fusion.py): {weights_text(DEFAULT_FUSION)}. The rule:
+{DEFAULT_FUSION_RULE}. Re-derived in this run: {weights_text(rederived)} ({"the same" if reproduced else "DIFFERENT"}).
+Walmart-Amazon is the pair the rule never saw; Abt-Buy's figures are in-sample for its unlabelled catalog.
+
+{tuned_lines}
+
+The lexical score is TF-IDF cosine with idf once (metricsearch/core/lexical.py): sublinear tf, L2-normalised per
+text, and the live catalog's idf applied by the store; the whole text (title + description) is its own lexical field,
+so a part number matches whichever field each shop wrote it in. `metricsearch tune`'s pseudo-queries (title variants,
+half descriptions) are easy: nearly every weighting ranks them at MRR 0.98-0.99, so tuning on a catalog's own items
+is a weak signal, and the re-tuned rows can fall below the default.
+"""
+    write_section(args.report, "Hybrid", body)
+    print(f"hybrid bench done in {minutes:.1f} min; EVALUATION.md section 'Hybrid' written")
+
+
+if __name__ == "__main__":
+    main()
