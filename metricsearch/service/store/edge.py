@@ -45,6 +45,7 @@ from qdrant_edge import (
     FieldCondition,
     Filter,
     HasIdCondition,
+    HasVectorCondition,
     HnswIndexConfig,
     MatchAny,
     MatchValue,
@@ -417,10 +418,16 @@ class EdgeStore:
             return False
         with self._lock:
             info = self._shard.info()
+            # The engine counts every stored sparse vector as indexed (a sparse index is always built): only the
+            # rest are dense vectors in indexed segments.
+            sparse = sum(
+                self._shard.count(CountRequest(filter=Filter(must=[HasVectorCondition(name)])))
+                for name in self._schema.sparse
+            )
         # Points outside indexed segments, as float32 bytes of the ANN vector: the engine indexes a segment only
         # above its threshold, so a build below it would copy the shard for nothing. (Deleted points still count
         # as indexed, so this errs towards later builds.)
-        unindexed = info.points_count - info.indexed_vectors_count // len(self._schema.sizes)
+        unindexed = info.points_count - (info.indexed_vectors_count - sparse) // len(self._schema.sizes)
         return unindexed * self._schema.sizes[self._schema.ann] * 4 >= self._threshold_kb * 1024
 
     def _start_build(self) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
+from metricsearch.core.lexical import term_vector
 from metricsearch.service.config import Settings
 from metricsearch.service.store import EdgeStore, edge, open_store
 from metricsearch.service.store.base import Equals, Range
@@ -298,3 +299,24 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_builds_still_start_when_items_carry_sparse_vectors(tmp_path, items):
+    """The engine counts every sparse vector as indexed; counted as dense, they once hid every point from the build
+    rule, and no HNSW was built again after the first."""
+    schema = replace(SCHEMA, sparse=("lexical_title", "lexical_text"))
+
+    def with_terms(ids, seed):
+        sparse = {"lexical_title": term_vector("red shirt"), "lexical_text": term_vector("red shirt cotton")}
+        return [replace(item, sparse=sparse) for item in items(ids, seed=seed)]
+
+    store = EdgeStore(tmp_path / "s", schema, optimize_after_writes=200, indexing_threshold_kb=1)
+    try:
+        store.upsert(with_terms(range(0, 250), seed=0))
+        assert store.wait_for_maintenance(60) and store.has_hnsw
+        assert shard_dirs(tmp_path / "s") == ["shard-2"]
+        store.upsert(with_terms(range(250, 460), seed=250))
+        assert store.wait_for_maintenance(60)
+        assert shard_dirs(tmp_path / "s") == ["shard-3"]
+    finally:
+        store.close()
