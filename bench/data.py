@@ -52,11 +52,8 @@ CATALOG_PAIRS = {"Abt-Buy": abt_buy, "Walmart-Amazon": walmart_amazon}
 def write_catalog_match(left: list[Product], right: list[Product], gold: dict[str, set[str]], folder: Path) -> Path:
     """A `catalog-match` folder (docs/evaluation.md): left.csv, right.csv, gold.csv."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, products in (("left", left), ("right", right)):
-        with (folder / f"{name}.csv").open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["id", "title", "description"])
-            writer.writerows((p.id, p.title, p.description) for p in products)
+    write_catalog(left, folder / "left.csv")
+    write_catalog(right, folder / "right.csv")
     with (folder / "gold.csv").open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["left_id", "right_id"])

@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bench.data import DATA, abt_buy
+from bench.data import DATA, abt_buy, write_catalog_match
 from bench.report import write_section
 from bench.train_bench import MAIN_OPTIONS, sts_pairs, without, write_training_catalog
 from metricsearch.core.errors import MetricSearchError
@@ -111,17 +111,7 @@ def prepare(
         abt = [p for p in abt if p.id in gold][:abt_items]
         gold = {p.id: gold[p.id] for p in abt}
         buy = [p for p in buy if any(p.id in matches for matches in gold.values())]
-    folder = workdir / "abt_buy"
-    folder.mkdir(exist_ok=True)
-    for name, products in (("left", abt), ("right", buy)):
-        with (folder / f"{name}.csv").open("w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(["id", "title", "description"])
-            writer.writerows((p.id, p.title, p.description) for p in products)
-    with (folder / "gold.csv").open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["left_id", "right_id"])
-        writer.writerows((a, b) for a, matches in sorted(gold.items()) for b in sorted(matches))
+    folder = write_catalog_match(abt, buy, gold, workdir / "abt_buy")
 
     paths = {"abt_buy": folder, "abt_buy_train": write_training_catalog(abt, buy, workdir / "abt_buy_train.jsonl")}
     for split in ("train", "test"):

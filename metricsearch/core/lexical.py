@@ -122,12 +122,19 @@ class LexicalFields:
     field and one for the whole text; an item's documents and a query's terms (a free text stands for every field)."""
 
     def __init__(self, fields: Sequence[str]) -> None:
-        self.fields = [*fields, WHOLE_TEXT]
-        self.names = {field: f"lexical_{field}" for field in self.fields}
+        self.names = {field: f"lexical_{field}" for field in (*fields, WHOLE_TEXT)}
 
     def _texts(self, title: str | None, description: str | None) -> dict[str, str]:
         title, description = title or "", description or ""
         return {"title": title, "description": description, WHOLE_TEXT: f"{title}\n{description}"}
+
+    def present(self, fields: Sequence[str], present: np.ndarray) -> dict[str, np.ndarray]:
+        """Per lexical vector, which items hold its field, from `present` (items x `fields`, the embedded fields):
+        the whole text, never missing, is held by all."""
+        everyone = np.ones(len(present), dtype=bool)
+        return {
+            name: present[:, fields.index(field)] if field in fields else everyone for field, name in self.names.items()
+        }
 
     def documents(self, title: str, description: str) -> dict[str, SparseVector]:
         """A field without a term gets an empty vector (a store keeps none)."""
@@ -138,11 +145,11 @@ class LexicalFields:
         self, title: str | None, description: str | None, free_text: str | None = None
     ) -> dict[str, SparseVector]:
         """A field the query has no term in gets no vector: its component is then unknown, not 0."""
+        if free_text is not None:
+            vector = term_vector(free_text)
+            return dict.fromkeys(self.names.values(), vector) if len(vector) else {}
         texts = self._texts(title, description)
-        vectors = {
-            name: term_vector(free_text if free_text is not None else texts[field])
-            for field, name in self.names.items()
-        }
+        vectors = {name: term_vector(texts[field]) for field, name in self.names.items()}
         return {name: vector for name, vector in vectors.items() if len(vector)}
 
 

@@ -45,7 +45,6 @@ class Reranker:
         self.weights = [f.weight for f in manifest.fields if f.weight > 0]
         self.lambdas = manifest.recobert_lambdas
         self.fusion = manifest.fusion.weights if manifest.fusion else None
-        self.lexical_fields = self.fields if manifest.lexical else []
 
     def __call__(
         self,

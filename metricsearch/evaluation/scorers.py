@@ -143,12 +143,12 @@ class BundleScorer:
         if self.lexical is None:
             return None
         documents = [self.lexical.documents(c.title, c.description) for c in candidates]
+        asked = [self.lexical.queries(q.title, q.description) for q in queries]
         out = {}
-        for field, name in self.lexical.names.items():
-            terms = [self.lexical.queries(q.title, q.description).get(name) for q in queries]
+        for name, held in self.lexical.present(self.rerank.fields, present).items():
+            terms = [query.get(name) for query in asked]
             matrix = lexical_matrix([t or SparseVector.empty() for t in terms], [d[name] for d in documents])
-            known = present[:, self.rerank.fields.index(field)] if field in self.rerank.fields else True
-            out[name] = np.where(np.outer([t is not None for t in terms], known), matrix, np.nan)
+            out[name] = np.where(np.outer([t is not None for t in terms], held), matrix, np.nan)
         return out
 
     def stats(self, items: Sequence[Item], stored: FieldVectors) -> ComponentStats:

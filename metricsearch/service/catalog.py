@@ -202,11 +202,10 @@ class Catalog:
         if self.lexical is None:
             return None
         scores = self.store.lexical_scores(terms, ids)
-        lexical = {}
-        for field, name in self.lexical.names.items():
-            known = present[:, self.fields.index(field)] if field in self.fields else np.ones(len(ids), dtype=bool)
-            lexical[name] = np.where(known & (name in terms), scores.get(name, np.zeros(len(ids))), np.nan)
-        return lexical
+        return {
+            name: np.where(held & (name in terms), scores.get(name, np.zeros(len(ids))), np.nan)
+            for name, held in self.lexical.present(self.fields, present).items()
+        }
 
     def stats(self) -> ComponentStats:
         """The catalog's component statistics, estimated on a sample of stored items' pairs and estimated anew after
