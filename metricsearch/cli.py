@@ -358,16 +358,26 @@ def train(
     ] = "mean",
     rank_k: Annotated[int | None, typer.Option(help="rank k of --pooling svd")] = None,
     resume: Annotated[bool, typer.Option(help="continue the run in --out from last/")] = False,
+    bundle: Annotated[
+        Path | None,
+        typer.Option(
+            help="when training ends, export OUT/best to this new bundle folder and, for a --catalog objective other "
+            "than recobert, tune its fusion weights on the catalog (`metricsearch tune`, no labels)"
+        ),
+    ] = None,
 ) -> None:
-    """Fine-tune an encoder; the best checkpoint (OUT/best) exports with `metricsearch export --model OUT/best`
-    (needs the `train` extra). Options may also come from a --config file; docs/training.md explains each."""
+    """Fine-tune an encoder; the best checkpoint (OUT/best) exports with `metricsearch export --model OUT/best`,
+    or at once with --bundle (needs the `train` extra). Options may also come from a --config file;
+    docs/training.md explains each."""
     # Only the options typed on the command line override the --config file; the rest keep the file's value or,
     # failing that, TrainConfig's default (the one the signature repeats for --help; a test keeps them equal).
     given = {
         name: value
         for name, value in ctx.params.items()
-        if name != "config" and ctx.get_parameter_source(name).name == "COMMANDLINE"
+        if name not in ("config", "bundle") and ctx.get_parameter_source(name).name == "COMMANDLINE"
     }
+    if bundle is not None and bundle.exists():
+        ctx.fail(f"--bundle {bundle} exists: name a new folder (checked before training, not after)")
     from metricsearch.trainer import build_config
 
     try:
@@ -382,6 +392,31 @@ def train(
     result = run_training(settings)
     if result.primary:
         typer.echo(result.summary(settings.objective))
+        if bundle is not None:
+            _bundle_from_training(settings, result.best_dir, bundle)
+
+
+def _bundle_from_training(settings, best: Path, bundle: Path) -> None:
+    """`train --bundle`: the best checkpoint exported as `metricsearch export` would, then tuned on the catalog it
+    was trained on when its metric fuses with lexical scores."""
+    from metricsearch.evaluation import tune as tune_weights
+    from metricsearch.export import export_bundle
+
+    recobert = settings.objective == "recobert"
+    export_bundle(
+        best,
+        bundle,
+        metric="recobert" if recobert else None,
+        pooling=settings.pooling,
+        rank_k=settings.rank_k,
+        objective=settings.objective,
+    )
+    if settings.catalog is None or recobert:
+        typer.echo(f"bundle written to {bundle} (default fusion weights: no catalog to tune on)")
+        return
+    tuned = tune_weights(settings.catalog, bundle)
+    weights = ", ".join(f"{name} {w:g}" for name, w in tuned.weights.items())
+    typer.echo(f"bundle written to {bundle}, tuned on {settings.catalog.name}: {weights}")
 
 
 @app.command()

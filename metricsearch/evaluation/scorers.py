@@ -292,15 +292,19 @@ class HttpScorer:
     """A running service, through POST /index and POST /similar. The candidates are indexed under fresh ids
     with a run tag in their metadata (so the store's other items are neither touched nor returned) and deleted
     at the end. The service returns at most its top 100: a relevant item beyond that counts as last (pessimistic),
-    so on larger candidate sets MPR and MRR are lower bounds of the full ranking's."""
+    so on larger candidate sets MPR and MRR are lower bounds of the full ranking's. `free_text`: a query that is not
+    a candidate is sent as one text, `{"text": title + description}`, as a search box would."""
 
-    def __init__(self, url: str, api_key: str | None = None, batch: int = 250, timeout_s: float = 300) -> None:
+    def __init__(
+        self, url: str, api_key: str | None = None, batch: int = 250, timeout_s: float = 300, free_text: bool = False
+    ) -> None:
         import httpx
 
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
         self.batch = batch
+        self.free_text = free_text
         self.manifest = self._call("GET", "/model")
         self.label = f"service at {self.url} ({self.manifest['name']})"
         self.how = f"`--url {self.url}`"
@@ -350,6 +354,8 @@ class HttpScorer:
             own = data.own_index[i]
             if own is not None:
                 body["id"] = ids[own]
+            elif self.free_text:
+                body["text"] = whole_text(query)
             else:
                 body["title"] = query.title
                 if query.description.strip():

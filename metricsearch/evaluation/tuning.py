@@ -3,8 +3,11 @@
 Pseudo-queries come from the catalog itself: a sample of its items, each as another shop would describe it (a
 title variant from core/augment.py: generic words dropped, part numbers re-hyphenated, order shuffled; and half of
 its description's words), whose one relevant item is the item it was made from. The weights that rank those best
-(MRR over a grid) are written into the bundle's manifest, with how they were chosen. With labelled pairs (ids of
-the catalog: each left item's matches), those rank instead. Either way the components are z-normalised with the
+(MRR over a grid) are written into the bundle's manifest, with how they were chosen, when they beat the bundle's
+weights (DEFAULT_FUSION for a bundle without) by PSEUDO_MARGIN: pseudo-queries are easy (nearly every weighting
+ranks them at MRR 0.98-0.99, EVALUATION.md "Hybrid"), and a smaller gain chose weights that did worse on the real
+matches of a catalog pair. With labelled pairs (ids of the catalog: each left item's matches), those rank instead,
+and the best weights win outright. Either way the components are z-normalised with the
 catalog's statistics as the service computes them, so the weights mean the same wherever the bundle is served.
 
 Written by hand: the grid search is a few lines over precomputed z-score matrices.
@@ -23,7 +26,7 @@ from tqdm import tqdm
 from metricsearch.core.augment import title_variant
 from metricsearch.core.bundle import FUSION_COMPONENTS, FusionSpec, load_bundle, write_manifest
 from metricsearch.core.errors import InvalidInputError
-from metricsearch.core.fusion import zscores
+from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE, zscores
 from metricsearch.core.readers import read_catalog_list, records
 from metricsearch.core.records import Item
 from metricsearch.evaluation.datasets import EvalData
@@ -32,6 +35,8 @@ from metricsearch.evaluation.scorers import BundleScorer
 GRID = (0.0, 0.5, 1.0, 2.0)
 """Weights tried for each component; 4 values over 5 components are 1,023 weightings (all-zero left out)."""
 PSEUDO_QUERIES = 400
+PSEUDO_MARGIN = 0.01
+"""MRR by which pseudo-queries must prefer a weighting to the bundle's for tune to replace its weights."""
 MAX_RANK = 100  # ranks past the service's largest k count as 0 in MRR, as the evaluation's HTTP runs do
 
 
@@ -129,9 +134,16 @@ def tune(
     others = ~relevance_mask([[] if own is None else [own] for own in data.own_index], len(items))
     scored = [(mrr(z, w, relevant, others), w) for w in tqdm(weightings(names), desc="weightings", leave=False)]
     best_mrr, best = max(scored, key=lambda pair: pair[0])
-    current = dict(loaded.manifest.fusion.weights) if loaded.manifest.fusion else dict.fromkeys(names, 1.0)
-    before = mrr(z, {n: w for n, w in current.items() if n in z}, relevant, others)
-    chosen_by = f"metricsearch tune, {how}: MRR {best_mrr:.3f} (was {before:.3f})"
+    weights = loaded.manifest.fusion.weights if loaded.manifest.fusion else DEFAULT_FUSION
+    current = {n: w for n, w in weights.items() if n in names and w > 0}
+    before = mrr(z, current, relevant, others) if current else 0.0
+    if pairs is None and current and best_mrr < before + PSEUDO_MARGIN:
+        best, best_mrr = current, before
+        chosen_by = f"metricsearch tune, {how}: kept, MRR {before:.3f}; no weighting beat it by {PSEUDO_MARGIN} " + (
+            f"({loaded.manifest.fusion.chosen_by})" if loaded.manifest.fusion else f"({DEFAULT_FUSION_RULE})"
+        )
+    else:
+        chosen_by = f"metricsearch tune, {how}: MRR {best_mrr:.3f} (was {before:.3f})"
     manifest = loaded.manifest.model_copy(update={"fusion": FusionSpec(weights=best, chosen_by=chosen_by)})
     write_manifest(manifest, loaded.path)
     load_bundle(bundle)  # what was written validates

@@ -20,7 +20,7 @@ from metricsearch.core.bundle import Bundle, Manifest
 from metricsearch.core.errors import InvalidInputError, NotFoundError
 from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats
 from metricsearch.core.lexical import WHOLE_TEXT, SparseVector, lexical_fields
-from metricsearch.core.records import Item, Match
+from metricsearch.core.records import Item, Match, point_id
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
 from metricsearch.service.store.base import Condition, Store, StoredItem, VectorSchema
@@ -195,15 +195,15 @@ class Catalog:
         return FieldVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
 
     def _lexical(
-        self, terms: dict[str, SparseVector], present: np.ndarray, ids: Sequence[str]
+        self, terms: dict[str, SparseVector], present: np.ndarray, points: Sequence[str]
     ) -> dict[str, np.ndarray] | None:
         """Each candidate's lexical score per lexical field, from the store (its idf is the live catalog's); NaN where
         the query has no term in the field or the candidate lacks it (the whole text is never missing)."""
         if self.lexical is None:
             return None
-        scores = self.store.lexical_scores(terms, ids)
+        scores = self.store.lexical_scores(terms, points)
         return {
-            name: np.where(held & (name in terms), scores.get(name, np.zeros(len(ids))), np.nan)
+            name: np.where(held & (name in terms), scores.get(name, np.zeros(len(points))), np.nan)
             for name, held in self.lexical.present(self.fields, present).items()
         }
 
@@ -225,14 +225,14 @@ class Catalog:
         if len(sample) < 2:
             return ComponentStats.estimate({})
         stored = self._stored({name: np.stack([i.vectors[name] for i in sample]) for name in sample[0].vectors})
-        ids = [item.id for item in sample]
+        points = [point_id(item.id) for item in sample]
         parts: dict[str, list[np.ndarray]] = {}
         for n, item in enumerate(sample):
             query = FieldVectors(
                 stored.fields[n], stored.present[n], None if stored.factors is None else stored.factors[n]
             )
             terms = self.lexical.queries(item.title, item.description) if self.lexical else {}
-            lexical = self._lexical(terms, stored.present, ids)
+            lexical = self._lexical(terms, stored.present, points)
             others = np.arange(len(sample)) != n
             for name, values in self.rerank.metric_scores(query, stored, lexical)[1].items():
                 parts.setdefault(name, []).append(values[others])
@@ -289,7 +289,7 @@ class Catalog:
         if not found.listings:
             return []
         candidates = self._stored(found.vectors)
-        lexical = None if terms is None else self._lexical(terms, candidates.present, found.ids)
+        lexical = None if terms is None else self._lexical(terms, candidates.present, found.points)
         stats = self.stats() if self.rerank.fusion is not None else None
         ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of

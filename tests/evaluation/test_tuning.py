@@ -11,6 +11,7 @@ import pytest
 
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.errors import InvalidInputError
+from metricsearch.core.fusion import DEFAULT_FUSION
 from metricsearch.core.rerank import Reranker
 from metricsearch.evaluation import tuning
 from metricsearch.evaluation.tuning import pseudo_queries, tune
@@ -82,3 +83,13 @@ def test_pseudo_queries_keep_part_numbers_and_are_reproducible():
     for query, source in zip(first, sources, strict=True):
         number = items[source].title.split()[-1]  # "model<n>": a part number
         assert number in query.title.replace("-", "")
+
+
+def test_pseudo_queries_keep_the_bundles_weights_without_a_clear_gain(bundle, tmp_path, monkeypatch):
+    items = [type(i)(i.id, i.title, "") for i in catalog_items(30)]
+    monkeypatch.setattr(tuning, "PSEUDO_MARGIN", 2.0)  # no MRR can beat another by 2
+    tuned = tune(write_catalog(tmp_path / "c.csv", items), bundle, queries=20)
+    # The tiny bundle has no fusion: DEFAULT_FUSION is kept, less what a catalog without descriptions cannot use.
+    assert tuned.weights == {n: w for n, w in DEFAULT_FUSION.items() if w > 0 and "description" not in n}
+    assert tuned.mrr == tuned.default_mrr
+    assert "kept" in load_bundle(bundle).manifest.fusion.chosen_by

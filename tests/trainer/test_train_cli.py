@@ -78,7 +78,7 @@ def test_train_options_are_train_config_s_fields_defaults_and_choices():
     it restates them; this keeps each option's name, default and choices those of the model, and its help set."""
     hints = typing.get_type_hints(cli_module.train, include_extras=True)
     parameters = inspect.signature(cli_module.train).parameters
-    assert set(parameters) - {"ctx", "config"} == set(TrainConfig.model_fields)
+    assert set(parameters) - {"ctx", "config", "bundle"} == set(TrainConfig.model_fields)
     for name, field in TrainConfig.model_fields.items():
         assert parameters[name].default == (None if field.is_required() else field.default), name
         annotation, option = typing.get_args(hints[name])
@@ -137,3 +137,33 @@ def test_train_then_export_gives_a_bundle_the_service_loads(tmp_path):
     exported = cli("export", "--model", tmp_path / "run" / "best", "--bundle", tmp_path / "bundle")
     assert exported.returncode == 0, exported.stderr
     assert load_bundle(tmp_path / "bundle").manifest.encoder.dim == 32
+
+
+def test_train_with_bundle_exports_and_tunes_on_the_catalog(tmp_path):
+    from tests.tiny_model import build_tiny_model
+
+    base = build_tiny_model(tmp_path / "tiny")
+    catalog = tmp_path / "catalog.jsonl"
+    catalog.write_text(
+        "".join(
+            json.dumps({"id": str(i), "title": t.split(",")[0], "description": t}) + "\n" for i, t in enumerate(CORPUS)
+        )
+    )
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    refused = cli(
+        "train", "--objective", "metricbert", "--catalog", catalog, "--out", tmp_path / "r", "--bundle", taken
+    )
+    assert refused.returncode == 2 and "--bundle" in refused.stderr and "exists" in refused.stderr
+    assert not (tmp_path / "r").exists()  # refused before any training
+
+    result = cli(
+        "train", "--objective", "metricbert", "--catalog", catalog, "--base", base, "--out", tmp_path / "run",
+        "--max-steps", "2", "--batch-size", "8", "--val-fraction", "0", "--mlm-weight", "0", "--no-bf16",
+        "--bundle", tmp_path / "bundle",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    manifest = load_bundle(tmp_path / "bundle").manifest
+    assert manifest.provenance.objective == "metricbert" and manifest.lexical is not None
+    assert manifest.fusion is not None and manifest.fusion.chosen_by.startswith("metricsearch tune, pseudo-queries")
+    assert "tuned on catalog.jsonl" in result.stdout.strip().splitlines()[-1]

@@ -91,6 +91,9 @@ class SearchResult:
     listings: list[Listing]
     scores: np.ndarray
     vectors: dict[str, np.ndarray]
+    points: list[str]
+    """Each hit's point id (core.records.point_id of its item id): what `lexical_scores` takes, so a search's hits
+    are scored without hashing their ids again."""
 
     @property
     def ids(self) -> list[str]:
@@ -152,9 +155,10 @@ class Store(Protocol):
         """Up to n items with their vectors, the same ones while the store does not change: the first by point id,
         which is a hash of the item id, so they are spread over the catalog whatever order it was indexed in."""
 
-    def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
-        """Each item's score (BM25 with the store's idf) for each named sparse query, aligned with `ids`; 0 where
-        an item shares no term with the query or has no such vector."""
+    def lexical_scores(self, queries: Mapping[str, SparseVector], points: Sequence[str]) -> dict[str, np.ndarray]:
+        """Each point's score (core.lexical's TF-IDF cosine with the store's idf) for each named sparse query,
+        aligned with `points` (point ids, as `SearchResult.points`); 0 where a point shares no term with the query or
+        has no such vector."""
 
     def count(self) -> int: ...
 

@@ -65,6 +65,7 @@ from qdrant_edge import SparseVector as EdgeSparseVector
 
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
 from metricsearch.core.lexical import SparseVector
+from metricsearch.core.records import point_id
 from metricsearch.service.config import Settings
 from metricsearch.service.store.atomic import fsync_tree, written_whole
 from metricsearch.service.store.base import (
@@ -85,7 +86,6 @@ from metricsearch.service.store.payload import (
     from_payload,
     listing,
     metadata_path,
-    point_id,
     sparse_lists,
     to_payload,
     vector_lists,
@@ -289,11 +289,13 @@ class EdgeStore:
             request = QueryRequest(limit=limit, query=dense, filter=where, with_payload=False, with_vector=False)
         with self._lock:
             hits = self._shard.query(request)
-            listings, vectors = self._mirror.take([str(hit.id) for hit in hits])
+            points = [str(hit.id) for hit in hits]
+            listings, vectors = self._mirror.take(points)
         return SearchResult(
             listings=listings,
             scores=np.fromiter((hit.score for hit in hits), dtype=np.float32, count=len(hits)),
             vectors=vectors,
+            points=points,
         )
 
     def sample(self, n: int) -> list[StoredItem]:
@@ -302,19 +304,19 @@ class EdgeStore:
             records, _ = self._shard.scroll(request)
         return [from_payload(r.payload, r.vector, self._schema.sizes) for r in records]
 
-    def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
+    def lexical_scores(self, queries: Mapping[str, SparseVector], points: Sequence[str]) -> dict[str, np.ndarray]:
         named = {name: query for name, query in queries.items() if len(query)}
-        scores = {name: np.zeros(len(ids)) for name in queries}
-        if not named or not ids:
+        scores = {name: np.zeros(len(points)) for name in queries}
+        if not named or not points:
             return scores
-        only = Filter(must=[HasIdCondition({point_id(i) for i in ids})])
+        only = Filter(must=[HasIdCondition(set(points))])
         requests = [
-            QueryRequest(limit=len(ids), query=_sparse_query(name, query), filter=only, with_payload=False)
+            QueryRequest(limit=len(points), query=_sparse_query(name, query), filter=only, with_payload=False)
             for name, query in named.items()
         ]
         with self._lock:
             answers = self._shard.query_batch(QueryBatchRequest(requests))
-        scores.update({name: aligned_scores(hits, ids) for name, hits in zip(named, answers, strict=True)})
+        scores.update({name: aligned_scores(hits, points) for name, hits in zip(named, answers, strict=True)})
         return scores
 
     def count(self) -> int:

@@ -10,7 +10,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError
-from metricsearch.core.records import point_id
 from metricsearch.service.store.base import Listing, SearchResult, StoredItem, VectorSchema
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -81,10 +80,10 @@ def sparse_lists(item: StoredItem, names: Sequence[str]) -> dict[str, tuple[list
     }
 
 
-def aligned_scores(hits: Sequence[Any], ids: Sequence[str]) -> np.ndarray:
-    """Scores of `hits` (points with ids) laid out along `ids`, 0 where an id was not hit."""
+def aligned_scores(hits: Sequence[Any], points: Sequence[str]) -> np.ndarray:
+    """Scores of `hits` laid out along point ids `points`, 0 where a point was not hit."""
     by_point = {str(hit.id): hit.score for hit in hits}
-    return np.array([by_point.get(point_id(i), 0.0) for i in ids], dtype=np.float64)
+    return np.fromiter((by_point.get(p, 0.0) for p in points), dtype=np.float64, count=len(points))
 
 
 def metadata_path(key: str) -> str:
@@ -112,6 +111,7 @@ def search_result(hits: Sequence[Hit], sizes: Mapping[str, int]) -> SearchResult
             name: np.array([row[name] for row in rows], dtype=np.float32).reshape(len(rows), size)
             for name, size in sizes.items()
         },
+        points=[str(hit.id) for hit in hits],
     )
 
 

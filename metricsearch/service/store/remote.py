@@ -31,6 +31,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
 from metricsearch.core.lexical import SparseVector
+from metricsearch.core.records import point_id
 from metricsearch.service.config import Settings
 from metricsearch.service.store.atomic import written_whole
 from metricsearch.service.store.base import (
@@ -48,7 +49,6 @@ from metricsearch.service.store.payload import (
     check_schema,
     from_payload,
     metadata_path,
-    point_id,
     search_result,
     sparse_lists,
     to_payload,
@@ -277,19 +277,19 @@ class RemoteStore:
             )
         return [from_payload(r.payload or {}, r.vector, self._schema.sizes) for r in records]  # type: ignore[arg-type]
 
-    def lexical_scores(self, queries: Mapping[str, SparseVector], ids: Sequence[str]) -> dict[str, np.ndarray]:
+    def lexical_scores(self, queries: Mapping[str, SparseVector], points: Sequence[str]) -> dict[str, np.ndarray]:
         named = {name: query for name, query in queries.items() if len(query)}
-        scores = {name: np.zeros(len(ids)) for name in queries}
-        if not named or not ids:
+        scores = {name: np.zeros(len(points)) for name in queries}
+        if not named or not points:
             return scores
-        only = qm.Filter(must=[qm.HasIdCondition(has_id=[point_id(i) for i in ids])])
+        only = qm.Filter(must=[qm.HasIdCondition(has_id=list(points))])
         requests = [
-            qm.QueryRequest(query=_sparse(query), using=name, filter=only, limit=len(ids), with_payload=False)
+            qm.QueryRequest(query=_sparse(query), using=name, filter=only, limit=len(points), with_payload=False)
             for name, query in named.items()
         ]
         with self._serving():
             answers = self._client.query_batch_points(self._collection, requests=requests)
-        scores.update({name: aligned_scores(a.points, ids) for name, a in zip(named, answers, strict=True)})
+        scores.update({name: aligned_scores(a.points, points) for name, a in zip(named, answers, strict=True)})
         return scores
 
     def count(self) -> int:

@@ -8,6 +8,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from metricsearch.core.lexical import document_frequencies, lexical_scores, term_vector
+from metricsearch.core.records import point_id
 from metricsearch.service.store import EdgeStore, RemoteStore
 from metricsearch.service.store.base import Equals, StoredItem, VectorSchema
 
@@ -54,7 +55,7 @@ def store(request, tmp_path):
 def test_lexical_scores_equal_brute_force(store, text):
     ids = [f"i{n}" for n in range(len(TITLES))]
     query = term_vector(text)
-    got = store.lexical_scores({"lex_title": query}, ids)["lex_title"]
+    got = store.lexical_scores({"lex_title": query}, [point_id(i) for i in ids])["lex_title"]
     frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
     expected = lexical_scores(query, [term_vector(t) for t in TITLES], frequencies, documents)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
@@ -77,7 +78,8 @@ def test_lexical_candidates_respect_the_filter(store):
 
 
 def test_items_without_terms_or_unknown_ids_score_zero(store):
-    scores = store.lexical_scores({"lex_title": term_vector("sony")}, ["i7", "missing", "i0"])["lex_title"]
+    points = [point_id(i) for i in ("i7", "missing", "i0")]
+    scores = store.lexical_scores({"lex_title": term_vector("sony")}, points)["lex_title"]
     assert scores[0] == 0 and scores[1] == 0 and scores[2] > 0
 
 
