@@ -54,7 +54,6 @@ from qdrant_edge import (
     Point,
     Prefetch,
     Query,
-    QueryBatchRequest,
     QueryRequest,
     RangeFloat,
     ScrollRequest,
@@ -80,7 +79,6 @@ from metricsearch.service.store.base import (
 )
 from metricsearch.service.store.mirror import VectorMirror
 from metricsearch.service.store.payload import (
-    aligned_scores,
     any_of_groups,
     check_schema,
     from_payload,
@@ -90,6 +88,7 @@ from metricsearch.service.store.payload import (
     to_payload,
     vector_lists,
 )
+from metricsearch.service.store.terms import TermMirror
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +164,7 @@ class EdgeStore:
                 "this user can write"
             ) from e
         self._remove_stale_generations()
-        self._mirror = self._load_mirror()
+        self._mirror, self._terms = self._load_mirrors()
 
     @classmethod
     def from_settings(cls, settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> EdgeStore:
@@ -234,10 +233,13 @@ class EdgeStore:
         points = [Point(pid, self._point_vectors(it), to_payload(it)) for pid, it in zip(ids, items, strict=True)]
         vectors = {name: np.asarray([it.vectors[name] for it in items], np.float32) for name in self._schema.sizes}
         listings = [Listing(it.id, it.title, it.metadata) for it in items]
+
+        def mirror() -> None:
+            self._mirror.put(ids, listings, vectors)
+            self._terms.put(ids, [it.sparse for it in items])
+
         with self._write_lock:
-            written = self._apply(
-                UpdateOperation.upsert_points(points), len(points), lambda: self._mirror.put(ids, listings, vectors)
-            )
+            written = self._apply(UpdateOperation.upsert_points(points), len(points), mirror)
         self._sync(written)
 
     def _point_vectors(self, item: StoredItem) -> dict[str, object]:
@@ -265,7 +267,11 @@ class EdgeStore:
                 found = [str(r.id) for r in self._shard.retrieve(point_ids, False, False)]
             if not found:
                 return 0
-            written = self._apply(UpdateOperation.delete_points(found), len(found), lambda: self._mirror.remove(found))
+            written = self._apply(
+                UpdateOperation.delete_points(found),
+                len(found),
+                lambda: (self._mirror.remove(found), self._terms.remove(found)),
+            )
         self._sync(written)
         return len(found)
 
@@ -279,15 +285,20 @@ class EdgeStore:
     ) -> SearchResult:
         where = _filter(conditions, exclude_ids)
         dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
-        sparse = [_sparse_query(name, query) for name, query in (lexical or {}).items() if len(query)]
-        if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
-            stages = [Prefetch(limit=limit, query=q, filter=where) for q in (dense, *sparse)]
-            request = QueryRequest(
-                limit=limit * len(stages), prefetches=stages, query=EdgeFusion.Rrf(k=60), with_payload=False
-            )
-        else:
-            request = QueryRequest(limit=limit, query=dense, filter=where, with_payload=False, with_vector=False)
         with self._lock:
+            # Each lexical query cut to its strongest terms by the term mirror's frequencies (store/terms.py).
+            sparse = [
+                _sparse_query(name, self._terms.strongest(name, query))
+                for name, query in (lexical or {}).items()
+                if len(query)
+            ]
+            if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
+                stages = [Prefetch(limit=limit, query=q, filter=where) for q in (dense, *sparse)]
+                request = QueryRequest(
+                    limit=limit * len(stages), prefetches=stages, query=EdgeFusion.Rrf(k=60), with_payload=False
+                )
+            else:
+                request = QueryRequest(limit=limit, query=dense, filter=where, with_payload=False, with_vector=False)
             hits = self._shard.query(request)
             points = [str(hit.id) for hit in hits]
             listings, vectors = self._mirror.take(points)
@@ -305,19 +316,9 @@ class EdgeStore:
         return [from_payload(r.payload, r.vector, self._schema.sizes) for r in records]
 
     def lexical_scores(self, queries: Mapping[str, SparseVector], points: Sequence[str]) -> dict[str, np.ndarray]:
-        named = {name: query for name, query in queries.items() if len(query)}
-        scores = {name: np.zeros(len(points)) for name in queries}
-        if not named or not points:
-            return scores
-        only = Filter(must=[HasIdCondition(set(points))])
-        requests = [
-            QueryRequest(limit=len(points), query=_sparse_query(name, query), filter=only, with_payload=False)
-            for name, query in named.items()
-        ]
+        """From the term mirror (store/terms.py), read under the lock that orders it with writes."""
         with self._lock:
-            answers = self._shard.query_batch(QueryBatchRequest(requests))
-        scores.update({name: aligned_scores(hits, points) for name, hits in zip(named, answers, strict=True)})
-        return scores
+            return self._terms.scores(queries, points)
 
     def count(self) -> int:
         with self._lock:
@@ -584,9 +585,10 @@ class EdgeStore:
         shard.update(UpdateOperation.create_field_index("id", PayloadSchemaType.Keyword))
         return shard
 
-    def _load_mirror(self) -> VectorMirror[Listing]:
-        """Read every point's vectors and listing once at open (about 3 s a 100k points of 768 floats)."""
+    def _load_mirrors(self) -> tuple[VectorMirror[Listing], TermMirror]:
+        """Read every point's vectors, terms and listing once at open (about 3 s a 100k points of 768 floats)."""
         mirror: VectorMirror[Listing] = VectorMirror(self._schema.sizes)
+        terms = TermMirror(self._schema.sparse)
         offset = None
         while True:
             records, offset = self._shard.scroll(
@@ -594,16 +596,18 @@ class EdgeStore:
                     offset=offset,
                     limit=2048,
                     with_payload=["id", "title", "metadata"],
-                    with_vector=list(self._schema.sizes),
+                    with_vector=[*self._schema.sizes, *self._schema.sparse],
                 )
             )
             if records:
+                points = [str(r.id) for r in records]
                 vectors = {
                     name: np.array([r.vector[name] for r in records], dtype=np.float32) for name in self._schema.sizes
                 }
-                mirror.put([str(r.id) for r in records], [listing(r.payload) for r in records], vectors)
+                mirror.put(points, [listing(r.payload) for r in records], vectors)
+                terms.put(points, [{n: r.vector[n] for n in self._schema.sparse if n in r.vector} for r in records])
             if offset is None:
-                return mirror
+                return mirror, terms
 
     def _remove_stale_generations(self) -> None:
         """Copies left by a build that a crash interrupted; called once the live shard's WAL lock is ours."""

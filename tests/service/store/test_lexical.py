@@ -88,3 +88,38 @@ def test_a_sample_is_stable_and_carries_dense_vectors(store):
     assert [i.id for i in first] == [i.id for i in again] and len(first) == 5
     assert all(item.vectors["ann"].shape == (8,) and not item.sparse for item in first)
     assert len(store.sample(100)) == len(TITLES)
+
+
+def test_scores_follow_replacements_deletions_and_a_reopen(tmp_path):
+    """The embedded store scores from its term mirror: document frequencies must follow every write, and the mirror
+    read back at open must score as the one built by the writes."""
+    store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
+    rng = np.random.default_rng(1)
+    stored = items(rng)
+    store.upsert(stored)
+    replaced = [*stored[2:5], stored[2]]  # i2 twice in one batch: its last version counts once
+    texts = {f"i{n}": title for n, title in enumerate(TITLES)}
+    for n, title in ((2, "Sony camera"), (3, "linen turntable"), (4, "Sony Sony EOS-5D")):
+        texts[f"i{n}"] = title
+    store.upsert(
+        [
+            StoredItem(it.id, texts[it.id], "", {}, "x", it.vectors, {"lex_title": term_vector(texts[it.id])})
+            for it in replaced
+        ]
+    )
+    store.delete(["i0", "i6"])
+    del texts["i0"], texts["i6"]
+
+    def expected(query: str) -> np.ndarray:
+        frequencies, documents = document_frequencies(term_vector(t) for t in texts.values())
+        return lexical_scores(term_vector(query), [term_vector(t) for t in texts.values()], frequencies, documents)
+
+    points = [point_id(i) for i in texts]
+    for query in ("sony turntable", "eos 5d", "shirt"):
+        got = store.lexical_scores({"lex_title": term_vector(query)}, points)["lex_title"]
+        np.testing.assert_allclose(got, expected(query), rtol=1e-4, atol=1e-5)
+    store.close()
+    reopened = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
+    got = reopened.lexical_scores({"lex_title": term_vector("sony turntable")}, points)["lex_title"]
+    np.testing.assert_allclose(got, expected("sony turntable"), rtol=1e-4, atol=1e-5)
+    reopened.close()
