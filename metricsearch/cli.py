@@ -14,7 +14,7 @@ from dataclasses import asdict, astuple
 from enum import StrEnum
 from itertools import islice
 from pathlib import Path
-from typing import Annotated, get_args
+from typing import TYPE_CHECKING, Annotated, get_args
 
 import typer
 from typer.core import TyperGroup
@@ -22,6 +22,9 @@ from typer.core import TyperGroup
 from metricsearch.core.bundle import METRICS_OF_POOLING, EncoderSpec
 from metricsearch.core.bundle import Metric as ManifestMetric
 from metricsearch.core.errors import MetricSearchError, TrainerError
+
+if TYPE_CHECKING:  # importing it loads torch, which `serve` and `index` must not
+    from metricsearch.trainer.config import TrainConfig
 
 
 def _choice(name: str, values: Iterable[str]) -> type[StrEnum]:
@@ -396,7 +399,7 @@ def train(
             _bundle_from_training(settings, result.best_dir, bundle)
 
 
-def _bundle_from_training(settings, best: Path, bundle: Path) -> None:
+def _bundle_from_training(settings: TrainConfig, best: Path, bundle: Path) -> None:
     """`train --bundle`: the best checkpoint exported as `metricsearch export` would, then tuned on the catalog it
     was trained on when its metric fuses with lexical scores."""
     from metricsearch.evaluation import tune as tune_weights
