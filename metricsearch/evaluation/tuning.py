@@ -102,9 +102,16 @@ def mrr(z: dict[str, np.ndarray], weights: dict[str, float], relevant: np.ndarra
 
 
 def tune(
-    catalog: Path, bundle: Path, *, pairs: Path | None = None, queries: int = PSEUDO_QUERIES, seed: int = 13
+    catalog: Path,
+    bundle: Path,
+    *,
+    pairs: Path | None = None,
+    queries: int = PSEUDO_QUERIES,
+    seed: int = 13,
+    margin: float = PSEUDO_MARGIN,
 ) -> Tuned:
-    """Choose the fusion weights of `bundle` for `catalog` and write them into its manifest."""
+    """Choose the fusion weights of `bundle` for `catalog` and write them into its manifest; with pseudo-queries,
+    only when they beat the bundle's by `margin` (0: the best weighting wins outright)."""
     loaded = load_bundle(bundle)
     if loaded.manifest.lexical is None or loaded.manifest.metric == "recobert":
         raise InvalidInputError(
@@ -137,9 +144,9 @@ def tune(
     weights = loaded.manifest.fusion.weights if loaded.manifest.fusion else DEFAULT_FUSION
     current = {n: w for n, w in weights.items() if n in names and w > 0}
     before = mrr(z, current, relevant, others) if current else 0.0
-    if pairs is None and current and best_mrr < before + PSEUDO_MARGIN:
+    if pairs is None and current and best_mrr < before + margin:
         best, best_mrr = current, before
-        chosen_by = f"metricsearch tune, {how}: kept, MRR {before:.3f}; no weighting beat it by {PSEUDO_MARGIN} " + (
+        chosen_by = f"metricsearch tune, {how}: kept, MRR {before:.3f}; no weighting beat it by {margin} " + (
             f"({loaded.manifest.fusion.chosen_by})" if loaded.manifest.fusion else f"({DEFAULT_FUSION_RULE})"
         )
     else:

@@ -85,10 +85,9 @@ def test_pseudo_queries_keep_part_numbers_and_are_reproducible():
         assert number in query.title.replace("-", "")
 
 
-def test_pseudo_queries_keep_the_bundles_weights_without_a_clear_gain(bundle, tmp_path, monkeypatch):
+def test_pseudo_queries_keep_the_bundles_weights_without_a_clear_gain(bundle, tmp_path):
     items = [type(i)(i.id, i.title, "") for i in catalog_items(30)]
-    monkeypatch.setattr(tuning, "PSEUDO_MARGIN", 2.0)  # no MRR can beat another by 2
-    tuned = tune(write_catalog(tmp_path / "c.csv", items), bundle, queries=20)
+    tuned = tune(write_catalog(tmp_path / "c.csv", items), bundle, queries=20, margin=2.0)  # MRR cannot gain 2
     # The tiny bundle has no fusion: DEFAULT_FUSION is kept, less what a catalog without descriptions cannot use.
     assert tuned.weights == {n: w for n, w in DEFAULT_FUSION.items() if w > 0 and "description" not in n}
     assert tuned.mrr == tuned.default_mrr
