@@ -32,8 +32,16 @@ from bench.report import write_section
 from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE
 from metricsearch.core.ranking import pessimistic_rank, ranking_metrics
 from metricsearch.core.records import Item
-from metricsearch.evaluation import BundleScorer, HttpScorer, LexicalScorer, TfidfScorer, evaluate, read_task, tune
-from metricsearch.evaluation.datasets import EvalData, read_pairs
+from metricsearch.evaluation import (
+    BundleScorer,
+    EvalData,
+    HttpScorer,
+    LexicalScorer,
+    TfidfScorer,
+    evaluate,
+    read_task,
+    tune,
+)
 from metricsearch.service import ServiceProcess
 
 CLI = [sys.executable, "-m", "metricsearch.cli"]
@@ -97,7 +105,7 @@ def sts_rows(default: Path, workdir: Path) -> dict[str, float]:
             cells = line.rstrip("\n").split("\t")
             if len(cells) >= 7:
                 writer.writerow([cells[5], cells[6], cells[4]])
-    data: EvalData = read_pairs(path)
+    data: EvalData = read_task("pairs", path)
     scorers = {
         "all-MiniLM-L6-v2 cosine (the figure before fusion)": BundleScorer(default, "mean"),
         "default bundle, learned metric alone": BundleScorer(default, "metric-two"),

@@ -31,7 +31,7 @@ from metricsearch.core.bundle import load_bundle, write_manifest
 from metricsearch.core.lexical import lexical_fields
 from metricsearch.core.rerank import FieldVectors
 from metricsearch.encoder import Encoder
-from metricsearch.evaluation.scorers import lexical_matrix
+from metricsearch.evaluation import lexical_matrix
 from metricsearch.service import (
     ANN_VECTOR,
     Catalog,

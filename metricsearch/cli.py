@@ -24,7 +24,7 @@ from metricsearch.core.bundle import Metric as ManifestMetric
 from metricsearch.core.errors import MetricSearchError, TrainerError
 
 if TYPE_CHECKING:  # importing it loads torch, which `serve` and `index` must not
-    from metricsearch.trainer.config import TrainConfig
+    from metricsearch.trainer import TrainConfig
 
 
 def _choice(name: str, values: Iterable[str]) -> type[StrEnum]:

@@ -12,6 +12,7 @@ from metricsearch.evaluation.scorers import (
     Scorer,
     TfidfScorer,
     baseline_scorers,
+    lexical_matrix,
 )
 from metricsearch.evaluation.tuning import Tuned, tune
 
@@ -29,6 +30,7 @@ __all__ = [
     "compare_tables",
     "describe",
     "evaluate",
+    "lexical_matrix",
     "load_run",
     "markdown_table",
     "plot_runs",
