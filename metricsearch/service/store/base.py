@@ -10,39 +10,16 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+# The filter conditions live in the core (the HTTP schemas build them); stores have always taken them from here.
+from metricsearch.core.filters import AnyOf as AnyOf
+from metricsearch.core.filters import Condition as Condition
+from metricsearch.core.filters import Equals as Equals
+from metricsearch.core.filters import Range as Range
 from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import MetadataValue
 
 if TYPE_CHECKING:
     from metricsearch.service.config import Settings
-
-
-@dataclass(frozen=True)
-class Equals:
-    """metadata[key] == value (for a list value: any element equals it)."""
-
-    key: str
-    value: str | int | float | bool
-
-
-@dataclass(frozen=True)
-class AnyOf:
-    """metadata[key] is one of values (for a list value: any element is)."""
-
-    key: str
-    values: tuple[str | int, ...]
-
-
-@dataclass(frozen=True)
-class Range:
-    """gte <= metadata[key] <= lte, either bound optional."""
-
-    key: str
-    gte: float | None = None
-    lte: float | None = None
-
-
-Condition = Equals | AnyOf | Range
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from metricsearch.core.errors import PayloadTooLargeError
 from metricsearch.core.records import Item
+from metricsearch.core.schemas import IndexRequest, IndexResponse, ItemOut
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS, NOT_FOUND, ReadKey, WriteKey, check_text_limits
-from metricsearch.service.api.schemas import IndexRequest, IndexResponse, ItemOut
 
 router = APIRouter(responses=ERRORS, tags=["items"])
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Response
 from pydantic import TypeAdapter
 
 from metricsearch.core.records import Match
+from metricsearch.core.schemas import FieldScores, SimilarRequest, SimilarResponse, SimilarResult
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS, NOT_FOUND, ReadKey, check_text_limits
-from metricsearch.service.api.schemas import FieldScores, SimilarRequest, SimilarResponse, SimilarResult
 from metricsearch.service.search import TextQuery
 
 router = APIRouter(responses=ERRORS, tags=["search"])

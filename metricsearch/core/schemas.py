@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
-from metricsearch.service.store.base import AnyOf, Condition, Equals, Range
+from metricsearch.core.filters import AnyOf, Condition, Equals, Range
 
 MAX_K = 100
 SafeInt = Annotated[StrictInt, Field(ge=-(2**53), le=2**53)]
