@@ -11,9 +11,10 @@ How one ranking is made:
    A fused bundle then fuses the combined components as it fuses one query's. One positive and no negative is
    exactly the plain ranking.
 3. Boosts (core/boost.py) are added; `scores.boost` shows their sum. min_score drops what falls below.
-4. core/diversity.select picks k + offset in order (MMR and the per-group cap in one greedy pass); the first offset
-   are skipped. With group_by, the candidates widen 4x at a time up to MS_MAX_CANDIDATES while fewer than
-   k + offset were picked and the store had more."""
+4. core/diversity.select picks k + offset in order (MMR and the per-group cap in one greedy pass) from the candidates,
+   at least MMR_POOL x (k + offset) of them with diversity; the first offset are skipped. Equal scores are in id
+   order. With group_by, the candidates widen 4x at a time up to MS_MAX_CANDIDATES while fewer than k + offset were
+   picked and the store had more."""
 
 from __future__ import annotations
 
@@ -31,12 +32,14 @@ from metricsearch.core.records import Match
 from metricsearch.core.rerank import FieldVectors
 from metricsearch.core.schemas import SimilarRequest
 from metricsearch.service.catalog import Catalog
-from metricsearch.service.store.base import Condition
+from metricsearch.service.store.base import Condition, Listing
 
 NEGATIVE_WEIGHT = 0.5
 """How much a negative item's similarity takes away, against a positive's 1: a candidate as near a negative as a
 positive keeps half its score, so negatives steer without wiping out what the positives ask for."""
 WIDEN = 4
+MMR_POOL = 3
+"""Diversity picks k among at least this many times k candidates (the default candidates are 10 x k anyway)."""
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,12 @@ class Recommender:
     ) -> list[Match]:
         catalog = self.catalog
         want = request.k + request.offset
-        ann = scoring.normalize_rows(np.mean([catalog.ann_vector(p.vectors) for p in positives], axis=0)[None])[0]
+        packed = [catalog.ann_vector(p.vectors) for p in positives]
+        ann = packed[0] if len(packed) == 1 else scoring.normalize_rows(np.mean(packed, axis=0)[None])[0]
         prefetch = catalog.lexical_prefetch([p.terms for p in positives])
         limit = catalog.candidate_limit(want)
+        if request.diversity > 0:
+            limit = max(limit, MMR_POOL * want)
         while True:
             found = catalog.store.search(ann, limit, conditions, exclude_ids, lexical=prefetch)
             if not found.listings:
@@ -105,7 +111,7 @@ class Recommender:
                 components["boost"] = sum(boost_values(b, metadata) for b in request.boosts)
                 scores = scores + components["boost"]
             eligible = np.flatnonzero(scores >= request.min_score) if request.min_score is not None else None
-            picked = self._select(request, scores, candidates, metadata, want, eligible)
+            picked = self._select(request, scores, candidates, found.listings, want, eligible)
             seen_all = len(found.listings) < limit
             if len(picked) >= want or seen_all or not request.group_keys or limit >= self.max_candidates:
                 break
@@ -145,14 +151,18 @@ class Recommender:
         request: SimilarRequest,
         scores: np.ndarray,
         candidates: FieldVectors,
-        metadata: Sequence[dict],
+        listings: Sequence[Listing],
         want: int,
         eligible: np.ndarray | None,
     ) -> list[int]:
         """Indices into the candidates, in the order shown (step 4); only `eligible` ones when given."""
+        # Equal scores (items with equal texts) in id order, not in the ANN order, which changes with the number of
+        # candidates: pages of one ranking then never overlap or skip an item.
+        ids = np.array([listing.id for listing in listings], dtype=object)
         index = np.arange(len(scores)) if eligible is None else eligible
+        index = index[np.argsort(ids[index], kind="stable")]
         keys = request.group_keys
-        groups = [tuple(_hashable(metadata[i].get(key)) for key in keys) for i in index] if keys else None
+        groups = [tuple(_hashable(listings[i].metadata.get(key)) for key in keys) for i in index] if keys else None
         rerank = self.catalog.rerank
         subset = FieldVectors(
             candidates.fields[index],
