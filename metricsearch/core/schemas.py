@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
@@ -274,11 +274,13 @@ class ProblemDetail(BaseModel):
 
 
 class BatchRequest(_Body):
-    queries: list[dict] = Field(
+    # Any JSON value per query: each is checked on its own (a SimilarRequest) and a bad one gets its error in its
+    # answer's place, so the batch as a whole takes it.
+    queries: list[Any] = Field(
         min_length=1,
         max_length=MAX_BATCH_QUERIES,
-        description=f"up to {MAX_BATCH_QUERIES} /similar request bodies, each checked and answered on its own",
-        json_schema_extra={"items": {"$ref": "#/components/schemas/SimilarRequest"}},
+        description=f"up to {MAX_BATCH_QUERIES} /similar request bodies (SimilarRequest), each checked and answered "
+        "on its own",
     )
 
 

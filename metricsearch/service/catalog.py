@@ -165,6 +165,22 @@ class Catalog:
         if deleted == 0:
             raise NotFoundError(f"no item with id {item_id!r}")
 
+    def delete_many(self, ids: Sequence[str]) -> int:
+        """Remove the items of `ids` that exist; returns how many did."""
+        try:
+            return self.store.delete(list(dict.fromkeys(ids)))
+        finally:
+            self._written(len(ids))
+
+    def delete_where(self, conditions: Sequence[Condition]) -> int:
+        """Remove every item that meets all `conditions`; returns how many."""
+        deleted = 0
+        try:
+            deleted = self.store.delete_where(conditions)
+        finally:
+            self._written(max(deleted, 1))
+        return deleted
+
     # ---------------------------------------------------------------- reads
     def get(self, item_id: str) -> StoredItem:
         found = self.store.get([item_id]).get(item_id)

@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from metricsearch.service.config import Settings
 
 
+DELETE_PAGE = 1000
+"""Points a delete by filter reads and removes per round: it bounds the memory and the write lock's hold."""
+
+
 @dataclass(frozen=True)
 class VectorSchema:
     """Named dense vectors of every point (cosine distance), which one the ANN search uses, and the named sparse
@@ -112,6 +116,10 @@ class Store(Protocol):
 
     def delete(self, ids: Sequence[str]) -> int:
         """Remove by id; returns how many existed."""
+
+    def delete_where(self, conditions: Sequence[Condition]) -> int:
+        """Remove every item that meets all `conditions` (at least one), a page of DELETE_PAGE at a time; returns how
+        many were removed."""
 
     def search(
         self,
