@@ -299,7 +299,13 @@ class BatchResponse(BaseModel):
 
 class DeleteRequest(_Body):
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"oneOf": [{"required": ["ids"]}, {"required": ["filter"]}]}
+        extra="forbid",
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["ids"], "properties": {"ids": {"type": "array"}, "filter": {"type": "null"}}},
+                {"required": ["filter"], "properties": {"filter": {"type": "object"}, "ids": {"type": "null"}}},
+            ]
+        },
     )
 
     ids: list[ItemId] | None = Field(None, min_length=1, max_length=MAX_DELETE_IDS, description="items to delete")
