@@ -9,6 +9,7 @@ import math
 import pytest
 
 from metricsearch.service.process import ServiceProcess
+from tests.service.test_second_order import _catalog, svd_bundle  # noqa: F401 (a fixture)
 
 KEY = "write-secret"
 BRANDS = ("acme", "boota", "hatco", "zeta")
@@ -195,3 +196,24 @@ def test_unknown_positive_or_negative_id_is_404_naming_it(client):
     assert response.status_code == 404 and "'nope'" in response.json()["detail"]
     response = client.post("/similar", json={"positive_ids": ["i0"], "negative_ids": ["gone"]})
     assert response.status_code == 404 and "'gone'" in response.json()["detail"]
+
+
+def test_second_order_bundles_rank_and_diversify_with_their_own_metric(svd_bundle, tmp_path):  # noqa: F811
+    """In process: the Frobenius metric's options path (its similarity between results is S_F of the factors)."""
+    from metricsearch.core.records import Item
+    from metricsearch.core.schemas import SimilarRequest
+    from metricsearch.service.recommend import Recommender
+    from tests.service.api.test_api import ITEMS as SHOP
+
+    catalog, store = _catalog(svd_bundle, tmp_path / "store")
+    try:
+        catalog.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in SHOP])
+        recommender = Recommender(catalog, max_candidates=100)
+        plain = catalog.similar_to_item("p1", 4)
+        neutral = recommender.answer(SimilarRequest(id="p1", k=4, min_score=-1.0))
+        assert [(m.id, m.score) for m in neutral] == [(m.id, m.score) for m in plain]
+        diverse = recommender.answer(SimilarRequest(positive_ids=["p1", "p2"], k=3, diversity=0.7, group_by="brand"))
+        assert len({m.metadata["brand"] for m in diverse}) == len(diverse) == 3
+        assert all(0.0 <= m.score <= 1.0 for m in diverse)
+    finally:
+        store.close()
