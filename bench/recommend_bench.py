@@ -5,7 +5,8 @@
    in the same run on the same store.
 2. Quality (EVALUATION.md, "Recommendations and diversity"), the default bundle on Abt-Buy in process: the MRR of
    the original item when the query is positive_ids made of its own title-variant twin(s) (core/augment.py, as the
-   trainer makes them), and the intra-list diversity (mean pairwise distance of the top 10, 1 - the bundle's own
+   trainer makes them; a twin has no description),
+   and the intra-list diversity (mean pairwise distance of the top 10, 1 - the bundle's own
    similarity, core/diversity.py) and the gold Buy match's MRR at diversity 0, 0.3 and 0.7.
 
     .venv/bin/python -m bench.recommend_bench [--bundle bundles/all-minilm-l6-v2] [--items 100000] [--requests 200]
@@ -102,7 +103,11 @@ def kinds(ids: list[str], rng: np.random.Generator) -> dict[str, Callable[[], tu
         ),
         "diversity 0.3": lambda: ("/similar", {"id": one(), "k": 10, "diversity": 0.3}),
         "group_by brand": lambda: ("/similar", {"id": one(), "k": 10, "group_by": "brand"}),
-        "group_by brand, group_size 2, diversity 0.3, filter, offset 10": lambda: (
+        "plain by id, filter popularity >= 100 (unindexed payload)": lambda: (
+            "/similar",
+            {"id": one(), "k": 10, "filter": {"popularity": {"gte": 100}}},
+        ),
+        "group_by brand, group_size 2, diversity 0.3, same filter, offset 10": lambda: (
             "/similar",
             {
                 "id": one(),
@@ -174,9 +179,7 @@ def bench_quality(bundle: Path, queries: int, workdir: Path) -> tuple[list[str],
     uniform = lambda n: rng.random(n).tolist()  # noqa: E731
     items = [Item(p.id, p.title, p.description, {"kind": "item"}) for p in abt + buy]
     twins = {
-        p.id: [
-            Item(f"twin{t}:{p.id}", title_variant(p.title, uniform), p.description, {"kind": "twin"}) for t in (1, 2)
-        ]
+        p.id: [Item(f"twin{t}:{p.id}", title_variant(p.title, uniform), "", {"kind": "twin"}) for t in (1, 2)]
         for p in chosen
     }
     settings = Settings(bundle_dir=bundle, data_dir=workdir / "abt-buy", optimize_after_writes=0)
@@ -256,8 +259,8 @@ def main() -> None:
                 [
                     machine + f" Abt-Buy: the {quality['items']:,} Abt and Buy items indexed in process (embedded "
                     f"store), plus two title-variant twins (core/augment.py: words dropped, part-number hyphens "
-                    f"changed, order shuffled; the description kept) of {quality['queries']} random Abt items (seed "
-                    "13); every query filtered to the original items.",
+                    "changed, order shuffled; no description, so the title alone carries the item) of "
+                    f"{quality['queries']} random Abt items (seed 13); every query filtered to the original items.",
                     f"Command: `.venv/bin/python -m bench.recommend_bench --queries {args.queries} --skip-latency`.",
                     "",
                     "| query | MRR of the item itself | HR@1 | HR@10 |",
