@@ -150,8 +150,17 @@ def index(
     batch: Annotated[int, typer.Option(min=1, max=1000, help="items per request or encoder round")] = 256,
     bundle: Annotated[Path | None, typer.Option(help="bundle folder, without --url (MS_BUNDLE_DIR)")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="embedded store folder, without --url (MS_DATA_DIR)")] = None,
+    start: Annotated[
+        int, typer.Option(min=0, help="skip the catalog's first N items (resume where a load that gave up stopped)")
+    ] = 0,
+    patience: Annotated[
+        float,
+        typer.Option(min=0, help="with --url: seconds one batch waits out a service that is unreachable or overloaded"),
+    ] = 300.0,
 ) -> None:
-    """Bulk-load a catalog, through a running service (--url) or straight into the store."""
+    """Bulk-load a catalog, through a running service (--url) or straight into the store. Through a service, a batch
+    that fails for lack of an answer (service restarting, overloaded: 429/503) is sent again until --patience runs
+    out, and the load goes on from there; sending a batch twice is harmless (upserts by id)."""
     import time
 
     from tqdm import tqdm
@@ -161,12 +170,19 @@ def index(
     settings = _settings(ctx, bundle_dir=bundle, data_dir=data_dir, api_key=api_key)
     started = time.perf_counter()
     indexed = unchanged = 0
-    items = read_catalog(catalog)
-    sender = _http_sender(url, settings) if url else _store_sender(settings)
-    with sender as send, tqdm(desc="indexing", unit="item") as bar:
+    items = islice(read_catalog(catalog), start, None)
+    sender = _http_sender(url, settings, patience) if url else _store_sender(settings)
+    done = start
+    with sender as send, tqdm(desc="indexing", unit="item", initial=start) as bar:
         while chunk := list(islice(items, batch)):
-            done, same = send(chunk)
-            indexed, unchanged = indexed + done, unchanged + same
+            try:
+                written, same = send(chunk)
+            except MetricSearchError as exc:
+                raise MetricSearchError(
+                    f"{exc}. The first {done} items are loaded: fix the cause, then rerun with --start {done}"
+                ) from exc
+            indexed, unchanged = indexed + written, unchanged + same
+            done += len(chunk)
             bar.update(len(chunk))
     seconds = time.perf_counter() - started
     total = indexed + unchanged
@@ -188,26 +204,17 @@ def _store_sender(settings):
 
 
 @contextmanager
-def _http_sender(url: str, settings):
-    """Post batches to a running service's /index."""
-    import httpx
+def _http_sender(url: str, settings, patience_s: float):
+    """Post batches to a running service's /index through the client, which retries what the service asks it to."""
+    from metricsearch.client import Client
 
-    from metricsearch.core.errors import InvalidInputError
-
-    headers = {"Authorization": f"Bearer {settings.api_key.get_secret_value()}"} if settings.api_key else {}
+    key = settings.api_key.get_secret_value() if settings.api_key else None
 
     def send(chunk):
-        body = {"items": [asdict(i) | {"metadata": i.metadata or {}} for i in chunk]}
-        try:
-            response = client.post("/index", json=body)
-        except httpx.HTTPError as exc:
-            raise InvalidInputError(f"cannot reach {url}: {exc}") from exc
-        if response.status_code != 200:
-            raise InvalidInputError(f"{url}/index answered {response.status_code}: {response.text[:500]}")
-        data = response.json()
-        return data["indexed"], data["unchanged"]
+        answer = client.index([asdict(i) | {"metadata": i.metadata or {}} for i in chunk])
+        return answer.indexed, answer.unchanged
 
-    with httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=300) as client:
+    with Client(url, key, timeout_s=300, retries=1_000_000, patience_s=patience_s) as client:
         yield send
 
 

@@ -1,18 +1,21 @@
 """Who may import whom (ARCHITECTURE.md): the core stands on nothing else of metricsearch; the encoder on the core;
 service, trainer, export and evaluation on those two, and on one another only through a package's public face (the
 names in its `__init__`'s `__all__`); the offline parts never import the service, nor the service torch or the
-offline parts. Read from the source with `ast`, so a lazy import inside a function counts too."""
+offline parts; the Python client stands on the core alone and loads nothing of the service's runtime. Read from the
+source with `ast`, so a lazy import inside a function counts too."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "metricsearch"
-PARTS = ("core", "encoder", "service", "trainer", "export", "evaluation")
+PARTS = ("core", "encoder", "service", "trainer", "export", "evaluation", "client")
 # The parts each part may import (any module of core and encoder; the others through their public face only).
 ALLOWED: dict[str, set[str]] = {
     "core": set(),
@@ -21,12 +24,15 @@ ALLOWED: dict[str, set[str]] = {
     "export": {"core", "encoder"},
     "trainer": {"core", "export"},
     "evaluation": {"core", "encoder"},
-    "cli": {"core", "encoder", "service", "trainer", "export", "evaluation"},
-    "bench": {"core", "encoder", "service", "export", "evaluation"},
+    "client": {"core"},
+    "cli": {"core", "encoder", "service", "trainer", "export", "evaluation", "client"},
+    "bench": {"core", "encoder", "service", "export", "evaluation", "client"},
     "loadtests": set(),
 }
 OPEN_PARTS = {"core", "encoder"}
 OFFLINE_ONLY = ("torch", "transformers", "sentence_transformers")
+SERVICE_RUNTIME = ("onnxruntime", "openvino", "tokenizers", "qdrant_client", "qdrant_edge", "fastapi", "uvicorn")
+"""What the service installs (the `service` extra) and a client application need not."""
 
 
 def part_of(path: Path) -> str:
@@ -77,8 +83,10 @@ def check(source: str, part: str, name: str) -> list[str]:
         if pieces[0] in ("service", "trainer", "export", "evaluation"):
             problems.append(f"{where}: imports {module!r}; everything imports as metricsearch.<part>")
             continue
-        if part in ("core", "encoder", "service") and pieces[0] in OFFLINE_ONLY:
+        if part in ("core", "encoder", "service", "client") and pieces[0] in OFFLINE_ONLY:
             problems.append(f"{where}: {part} imports {module}, which only the offline side installs")
+        if part == "client" and pieces[0] in SERVICE_RUNTIME:
+            problems.append(f"{where}: the client imports {module}, which only the service installs")
         if pieces[0] != "metricsearch" or len(pieces) < 2:
             continue
         target = pieces[1]
@@ -97,7 +105,7 @@ def test_every_part_imports_only_what_the_architecture_allows():
 
 
 def test_public_faces_name_what_they_export():
-    for part in ("service", "trainer", "export", "evaluation"):
+    for part in ("service", "trainer", "export", "evaluation", "client"):
         names = public_names(part)
         assert names, f"metricsearch/{part}/__init__.py has no __all__"
         tree = ast.parse((PACKAGE / part / "__init__.py").read_text())
@@ -116,6 +124,8 @@ def test_public_faces_name_what_they_export():
         ("from metricsearch.trainer import train\n", "core", "core may not import trainer"),
         ("import service.bundle\n", "bench", "everything imports as metricsearch"),
         ("import torch\n", "service", "only the offline side installs"),
+        ("from qdrant_client import QdrantClient\n", "client", "only the service installs"),
+        ("from metricsearch.service import Catalog\n", "client", "client may not import service"),
     ],
 )
 def test_the_check_catches_what_it_forbids(source, part, expected):
@@ -129,3 +139,14 @@ def test_the_check_lets_through_what_it_allows():
         check("from metricsearch.service import Catalog\nfrom metricsearch.core.scoring import pack\n", "bench", "x")
         == []
     )
+
+
+def test_the_client_loads_nothing_of_the_service():
+    """What the import statements above cannot see: the modules the client's imports load in turn."""
+    probe = (
+        "import sys, metricsearch.client\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {SERVICE_RUNTIME + OFFLINE_ONLY!r}"
+        " or m.startswith('metricsearch.service')))"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert loaded.stdout.strip() == "[]"

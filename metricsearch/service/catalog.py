@@ -23,7 +23,7 @@ from metricsearch.core.lexical import WHOLE_TEXT, SparseVector, lexical_fields
 from metricsearch.core.records import Item, Match, point_id
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
-from metricsearch.service.store.base import Condition, Store, StoredItem, VectorSchema
+from metricsearch.service.store.base import Condition, SearchResult, Store, StoredItem, VectorSchema
 
 ANN_VECTOR = "ann"
 FACTORS_VECTOR = "factors"
@@ -165,6 +165,22 @@ class Catalog:
         if deleted == 0:
             raise NotFoundError(f"no item with id {item_id!r}")
 
+    def delete_many(self, ids: Sequence[str]) -> int:
+        """Remove the items of `ids` that exist; returns how many did."""
+        try:
+            return self.store.delete(list(dict.fromkeys(ids)))
+        finally:
+            self._written(len(ids))
+
+    def delete_where(self, conditions: Sequence[Condition]) -> int:
+        """Remove every item that meets all `conditions`; returns how many."""
+        deleted = 0
+        try:
+            deleted = self.store.delete_where(conditions)
+        finally:
+            self._written(max(deleted, 1))
+        return deleted
+
     # ---------------------------------------------------------------- reads
     def get(self, item_id: str) -> StoredItem:
         found = self.store.get([item_id]).get(item_id)
@@ -254,10 +270,14 @@ class Catalog:
         found = self.store.get([item_id], with_vectors=True).get(item_id)
         if found is None:
             raise NotFoundError(f"no item with id {item_id!r}: index it first, or query by text")
+        query, terms = self.item_query(found)
+        return self.similar(query, k, conditions, [*exclude_ids, item_id], terms)
+
+    def item_query(self, found: StoredItem) -> tuple[FieldVectors, dict[str, SparseVector]]:
+        """A stored item (read with its vectors) as a query: its per-field vectors and its lexical vectors."""
         stored = self._stored({name: vector[None] for name, vector in found.vectors.items()})
         query = FieldVectors(stored.fields[0], stored.present[0], None if stored.factors is None else stored.factors[0])
-        terms = self.lexical.queries(found.title, found.description) if self.lexical else {}
-        return self.similar(query, k, conditions, [*exclude_ids, item_id], terms)
+        return query, self.lexical.queries(found.title, found.description) if self.lexical else {}
 
     def query_terms(self, text: str | None, title: str | None, description: str | None) -> dict[str, SparseVector]:
         """A text query's lexical vectors per field (none for a bundle without lexical vectors)."""
@@ -283,8 +303,8 @@ class Catalog:
         (None: no lexical candidates or components, which a fused bundle cannot rank without)."""
         if k < 1:
             raise InvalidInputError("k must be at least 1")
-        ann = scoring.pack(query.fields[None, :, :] * query.present[None, :, None], self.weights)[0]
-        limit = max(self._candidates_min, self._candidates_factor * k)
+        ann = self.ann_vector(query)
+        limit = self.candidate_limit(k)
         found = self.store.search(ann, limit, conditions, exclude_ids, lexical=self._prefetched(terms))
         if not found.listings:
             return []
@@ -300,6 +320,42 @@ class Catalog:
             field_scores = {name: _finite(values[i]) for name, values in ranked.components.items()}
             matches.append(Match(listing.id, float(ranked.scores[i]), listing.title, listing.metadata, field_scores))
         return matches
+
+    # --- the pieces a recommendation (service/recommend.py) ranks with
+    def ann_vector(self, query: FieldVectors) -> np.ndarray:
+        """The packed vector the ANN search takes for a query."""
+        return scoring.pack(query.fields[None, :, :] * query.present[None, :, None], self.weights)[0]
+
+    def candidate_limit(self, k: int) -> int:
+        return max(self._candidates_min, self._candidates_factor * k)
+
+    def lexical_prefetch(self, terms: Sequence[dict[str, SparseVector]]) -> dict[str, SparseVector] | None:
+        """The whole-text lexical vector that prefetches candidates for one query or several (their terms summed)."""
+        whole = [t for t in (self._prefetched(t) for t in terms) if t]
+        if not whole:
+            return None
+        if len(whole) == 1:
+            return whole[0]
+        name = next(iter(whole[0]))
+        indices = np.concatenate([w[name].indices for w in whole])
+        values = np.concatenate([w[name].values for w in whole])
+        merged, inverse = np.unique(indices, return_inverse=True)
+        return {name: SparseVector(merged, np.bincount(inverse, weights=values).astype(np.float32))}
+
+    def candidate_vectors(self, found: SearchResult) -> FieldVectors:
+        return self._stored(found.vectors)
+
+    def metric_scores(
+        self,
+        query: FieldVectors,
+        terms: dict[str, SparseVector] | None,
+        candidates: FieldVectors,
+        points: Sequence[str],
+    ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """One query's metric score of each candidate and every component (lexical ones with `terms`), unfused;
+        `points`: the candidates' point ids (`SearchResult.points`)."""
+        lexical = None if terms is None else self._lexical(terms, candidates.present, points)
+        return self.rerank.metric_scores(query, candidates, lexical)
 
 
 def _finite(value: float) -> float | None:

@@ -18,6 +18,7 @@ from metricsearch.service.cache import AnswerCache, EmbeddingCache
 from metricsearch.service.catalog import Catalog, vector_schema
 from metricsearch.service.config import Settings
 from metricsearch.service.metrics import Metrics
+from metricsearch.service.recommend import Recommender
 from metricsearch.service.search import Search
 from metricsearch.service.store import open_store
 from metricsearch.service.store.base import Store
@@ -41,6 +42,11 @@ class Runtime:
     def model_json(self) -> bytes:
         """The bundle's name as JSON, in every /similar answer."""
         return orjson.dumps(self.bundle.manifest.name)
+
+    @cached_property
+    def recommender(self) -> Recommender:
+        """/similar requests with options beyond a query, k, filter and exclude_ids (service/recommend.py)."""
+        return Recommender(self.catalog, self.settings.max_candidates)
 
     def close(self) -> None:
         self.store.close()

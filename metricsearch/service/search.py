@@ -10,7 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from metricsearch.core.errors import TimedOutError
+from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import Match
+from metricsearch.core.rerank import FieldVectors
 from metricsearch.service.batcher import QueryBatcher
 from metricsearch.service.cache import AnswerCache
 from metricsearch.service.catalog import Catalog
@@ -58,14 +60,25 @@ class Search:
         self, query: TextQuery, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
     ) -> list[Match]:
         """More like a text: encoded through the batcher with concurrent queries, then searched like a stored item."""
-        texts = self.catalog.query_texts(query.text, query.title, query.description)
+        [(vectors, terms)] = await self.encode([query])
+        return self.catalog.similar(vectors, k, conditions, exclude_ids, terms)
+
+    async def encode(self, queries: Sequence[TextQuery]) -> list[tuple[FieldVectors, dict[str, SparseVector]]]:
+        """Text queries as per-field vectors and lexical vectors, all their texts in one batcher call (a batch of
+        queries is one encoder call, shared with whatever else is waiting)."""
+        texts = [self.catalog.query_texts(q.text, q.title, q.description) for q in queries]
         try:
-            encoded = await asyncio.wait_for(self.batcher.encode(texts), self.timeout_s)
+            encoded = await asyncio.wait_for(self.batcher.encode([t for ts in texts for t in ts]), self.timeout_s)
         except TimeoutError:
             raise TimedOutError(
                 f"the query waited over {self.timeout_s:g} s (MS_REQUEST_TIMEOUT_S) for the encoder, which is "
                 "overloaded: retry shortly"
             ) from None
-        vectors = self.catalog.query_vectors_from_texts(encoded, free_text=query.text is not None)
-        terms = self.catalog.query_terms(query.text, query.title, query.description)
-        return self.catalog.similar(vectors, k, conditions, exclude_ids, terms)
+        result, start = [], 0
+        for query, own in zip(queries, texts, strict=True):
+            vectors = self.catalog.query_vectors_from_texts(
+                encoded[start : start + len(own)], free_text=query.text is not None
+            )
+            result.append((vectors, self.catalog.query_terms(query.text, query.title, query.description)))
+            start += len(own)
+        return result

@@ -10,6 +10,11 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+# The filter conditions live in the core (the HTTP schemas build them); stores have always taken them from here.
+from metricsearch.core.filters import AnyOf as AnyOf
+from metricsearch.core.filters import Condition as Condition
+from metricsearch.core.filters import Equals as Equals
+from metricsearch.core.filters import Range as Range
 from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import MetadataValue
 
@@ -17,32 +22,8 @@ if TYPE_CHECKING:
     from metricsearch.service.config import Settings
 
 
-@dataclass(frozen=True)
-class Equals:
-    """metadata[key] == value (for a list value: any element equals it)."""
-
-    key: str
-    value: str | int | float | bool
-
-
-@dataclass(frozen=True)
-class AnyOf:
-    """metadata[key] is one of values (for a list value: any element is)."""
-
-    key: str
-    values: tuple[str | int, ...]
-
-
-@dataclass(frozen=True)
-class Range:
-    """gte <= metadata[key] <= lte, either bound optional."""
-
-    key: str
-    gte: float | None = None
-    lte: float | None = None
-
-
-Condition = Equals | AnyOf | Range
+DELETE_PAGE = 1000
+"""Points a delete by filter reads and removes per round: it bounds the memory and the write lock's hold."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +119,10 @@ class Store(Protocol):
 
     def delete(self, ids: Sequence[str]) -> int:
         """Remove by id; returns how many existed."""
+
+    def delete_where(self, conditions: Sequence[Condition]) -> int:
+        """Remove every item that meets all `conditions` (at least one), a page of DELETE_PAGE at a time; returns how
+        many were removed."""
 
     def search(
         self,

@@ -19,6 +19,7 @@ sparse files, so a restore writes zero blocks back as holes.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import logging
 import os
@@ -66,6 +67,7 @@ from metricsearch.core.errors import InvalidInputError, StoreMismatchError, Stor
 from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import point_id
 from metricsearch.service.config import Settings
+from metricsearch.service.store import base
 from metricsearch.service.store.atomic import fsync_tree, written_whole
 from metricsearch.service.store.base import (
     AnyOf,
@@ -274,6 +276,28 @@ class EdgeStore:
             )
         self._sync(written)
         return len(found)
+
+    def delete_where(self, conditions: Sequence[Condition]) -> int:
+        where = _filter(conditions, ())
+        if where is None:
+            raise InvalidInputError("a delete by filter needs at least one condition")
+        deleted = written = 0
+        with self._write_lock:
+            while True:
+                with self._lock:
+                    records, _ = self._shard.scroll(
+                        ScrollRequest(limit=base.DELETE_PAGE, filter=where, with_payload=False, with_vector=False)
+                    )
+                found = [str(r.id) for r in records]
+                if not found:
+                    break
+                written = self._apply(
+                    UpdateOperation.delete_points(found), len(found), functools.partial(self._mirror.remove, found)
+                )
+                deleted += len(found)
+        if written:
+            self._sync(written)
+        return deleted
 
     def search(
         self,

@@ -33,6 +33,7 @@ from metricsearch.core.errors import InvalidInputError, StoreMismatchError, Stor
 from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import point_id
 from metricsearch.service.config import Settings
+from metricsearch.service.store import base
 from metricsearch.service.store.atomic import written_whole
 from metricsearch.service.store.base import (
     AnyOf,
@@ -238,6 +239,27 @@ class RemoteStore:
                     self._collection, points_selector=qm.PointIdsList(points=[r.id for r in found]), wait=True
                 )
         return len(found)
+
+    def delete_where(self, conditions: Sequence[Condition]) -> int:
+        where = _filter(conditions, ())
+        if where is None:
+            raise InvalidInputError("a delete by filter needs at least one condition")
+        deleted = 0
+        with self._serving():
+            while True:
+                records, _ = self._client.scroll(
+                    self._collection,
+                    scroll_filter=where,
+                    limit=base.DELETE_PAGE,
+                    with_payload=False,
+                    with_vectors=False,
+                )
+                if not records:
+                    break
+                selector = qm.PointIdsList(points=[r.id for r in records])
+                self._client.delete(self._collection, points_selector=selector, wait=True)
+                deleted += len(records)
+        return deleted
 
     def search(
         self,

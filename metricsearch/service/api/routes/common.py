@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import Depends
 
 from metricsearch.core.errors import PayloadTooLargeError
+from metricsearch.core.schemas import ProblemDetail
 from metricsearch.service.api.deps import require_read_key, require_write_key
-from metricsearch.service.api.schemas import ProblemDetail
 from metricsearch.service.runtime import Runtime
 
 ERRORS = {code: {"model": ProblemDetail} for code in (400, 401, 403, 413, 422, 429, 503)}

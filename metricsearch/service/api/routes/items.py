@@ -1,4 +1,4 @@
-"""Items: upsert (POST /index), read and delete one (GET/DELETE /items/{id})."""
+"""Items: upsert (POST /index), read and delete one (GET/DELETE /items/{id}), delete many (POST /items/delete)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from fastapi.concurrency import run_in_threadpool
 
 from metricsearch.core.errors import PayloadTooLargeError
 from metricsearch.core.records import Item
+from metricsearch.core.schemas import DeleteRequest, DeleteResponse, IndexRequest, IndexResponse, ItemOut
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS, NOT_FOUND, ReadKey, WriteKey, check_text_limits
-from metricsearch.service.api.schemas import IndexRequest, IndexResponse, ItemOut
 
 router = APIRouter(responses=ERRORS, tags=["items"])
 
@@ -52,3 +52,13 @@ def get_item(item_id: str, runtime: RuntimeDep) -> ItemOut:
 def delete_item(item_id: str, runtime: RuntimeDep) -> Response:
     runtime.catalog.delete(item_id)
     return Response(status_code=204)
+
+
+@router.post("/items/delete", response_model=DeleteResponse, dependencies=[WriteKey])
+async def delete_items(body: DeleteRequest, runtime: RuntimeDep) -> DeleteResponse:
+    """Delete by ids, or every item a filter matches; unknown ids are not an error (`deleted` counts what existed)."""
+    if body.ids is not None:
+        deleted = await run_in_threadpool(runtime.catalog.delete_many, body.ids)
+    else:
+        deleted = await run_in_threadpool(runtime.catalog.delete_where, body.conditions())
+    return DeleteResponse(deleted=deleted)

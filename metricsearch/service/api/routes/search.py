@@ -6,12 +6,14 @@ import time
 
 import orjson
 from fastapi import APIRouter, Response
+from fastapi.concurrency import run_in_threadpool
 from pydantic import TypeAdapter
 
 from metricsearch.core.records import Match
+from metricsearch.core.schemas import FieldScores, SimilarRequest, SimilarResponse, SimilarResult
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS, NOT_FOUND, ReadKey, check_text_limits
-from metricsearch.service.api.schemas import FieldScores, SimilarRequest, SimilarResponse, SimilarResult
+from metricsearch.service.recommend import Probe
 from metricsearch.service.search import TextQuery
 
 router = APIRouter(responses=ERRORS, tags=["search"])
@@ -31,10 +33,17 @@ def _results_json(matches: list[Match]) -> bytes:
 
 @router.post("/similar", response_model=SimilarResponse, dependencies=[ReadKey], responses=NOT_FOUND)
 async def similar(body: SimilarRequest, runtime: RuntimeDep) -> Response:
-    """More like this: by a stored item's id, by free text, or by a title (+ description)."""
+    """More like this: by a stored item's id, by free text, by a title (+ description), or by several items
+    (positive_ids, negative_ids); with diversity, group_by, min_score, offset and boost (docs/api.md)."""
     started = time.perf_counter()
     conditions = body.conditions()
-    if body.id is not None:
+    if not body.plain:
+        text = None
+        if body.id is None and body.positive_ids is None:
+            check_text_limits(runtime, body.title, body.text or body.description, "query")
+            [text] = await runtime.search.encode([TextQuery(body.text, body.title, body.description)])
+        matches = await run_in_threadpool(runtime.recommender.answer, body, None if text is None else Probe(*text))
+    elif body.id is not None:
         matches = runtime.search.by_id(body.id, body.k, conditions, body.exclude_ids)
     else:
         check_text_limits(runtime, body.title, body.text or body.description, "query")

@@ -1,0 +1,93 @@
+"""POST /similar/batch: up to 100 /similar bodies in one call, each checked and answered on its own, the text queries
+among them encoded in one encoder call."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from metricsearch.core.errors import InvalidInputError, NotFoundError, PayloadTooLargeError
+from metricsearch.core.records import Match
+from metricsearch.core.schemas import (
+    BatchRequest,
+    BatchResponse,
+    FieldScores,
+    QueryError,
+    QueryFailure,
+    SimilarRequest,
+    SimilarResponse,
+    SimilarResult,
+)
+from metricsearch.service.api.deps import RuntimeDep
+from metricsearch.service.api.errors import describe_validation, status_of
+from metricsearch.service.api.routes.common import ERRORS, ReadKey, check_text_limits
+from metricsearch.service.recommend import Probe
+from metricsearch.service.runtime import Runtime
+from metricsearch.service.search import TextQuery
+
+router = APIRouter(responses=ERRORS, tags=["search"])
+QUERY_FAULTS = (InvalidInputError, NotFoundError, PayloadTooLargeError)
+"""A query's own mistakes, answered in its place; anything else (overload, store down) fails the whole batch with
+its status and Retry-After, since every query would meet it."""
+
+
+@router.post("/similar/batch", response_model=BatchResponse, dependencies=[ReadKey])
+async def similar_batch(body: BatchRequest, runtime: RuntimeDep) -> BatchResponse:
+    """Several /similar queries in one call: `answers[i]` is query i's answer, or `{"error": {"status", "detail"}}`
+    with the status it would have got alone."""
+    answers: list[SimilarResponse | QueryFailure | None] = [None] * len(body.queries)
+    requests: dict[int, SimilarRequest] = {}
+    for n, raw in enumerate(body.queries):
+        try:
+            request = SimilarRequest.model_validate(raw)
+            if request.id is None and request.positive_ids is None:
+                check_text_limits(runtime, request.title, request.text or request.description, f"queries.{n}")
+        except ValidationError as exc:
+            status, detail = describe_validation(RequestValidationError(exc.errors()))
+            answers[n] = _failure(status, f"queries.{n}: {detail}")
+            continue
+        except PayloadTooLargeError as exc:
+            answers[n] = _failure(413, str(exc))
+            continue
+        requests[n] = request
+    texts = {n: r for n, r in requests.items() if r.id is None and r.positive_ids is None}
+    queries = [TextQuery(r.text, r.title, r.description) for r in texts.values()]
+    encoded = dict(zip(texts, await runtime.search.encode(queries), strict=True)) if queries else {}
+    for n, answer in (await run_in_threadpool(_answer_all, runtime, requests, encoded)).items():
+        answers[n] = answer
+    return BatchResponse(answers=answers)
+
+
+def _answer_all(runtime: Runtime, requests: dict[int, SimilarRequest], encoded: dict) -> dict:
+    return {n: _answer(runtime, request, encoded.get(n)) for n, request in requests.items()}
+
+
+def _answer(runtime: Runtime, request: SimilarRequest, text: tuple | None) -> SimilarResponse | QueryFailure:
+    started = time.perf_counter()
+    try:
+        if not request.plain:
+            matches = runtime.recommender.answer(request, None if text is None else Probe(*text))
+        elif text is None:
+            matches = runtime.search.by_id(request.id, request.k, request.conditions(), request.exclude_ids)
+        else:
+            vectors, terms = text
+            matches = runtime.catalog.similar(vectors, request.k, request.conditions(), request.exclude_ids, terms)
+    except QUERY_FAULTS as exc:
+        return _failure(status_of(exc), str(exc))
+    took_ms = round((time.perf_counter() - started) * 1000, 3)
+    return SimilarResponse(results=_results(matches), model=runtime.bundle.manifest.name, took_ms=took_ms)
+
+
+def _results(matches: list[Match]) -> list[SimilarResult]:
+    return [
+        SimilarResult(id=m.id, score=m.score, title=m.title, metadata=m.metadata, scores=FieldScores(**m.field_scores))
+        for m in matches
+    ]
+
+
+def _failure(status: int, detail: str) -> QueryFailure:
+    return QueryFailure(error=QueryError(status=status, detail=detail))
