@@ -19,6 +19,15 @@ class Settings(BaseSettings):
     qdrant_url: str | None = Field(None, description="Qdrant server or cluster URL; unset = embedded store")
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server")
     qdrant_timeout_s: float = Field(5.0, gt=0, description="timeout of one Qdrant server call")
+    qdrant_max_in_flight: int = Field(
+        16, gt=0, description="Qdrant server calls waiting for an answer at once; one more gets 503 at once"
+    )
+    qdrant_breaker_failures: int = Field(
+        3, gt=0, description="Qdrant server outages in a row (timeouts, refusals, 5xx) after which calls fail fast"
+    )
+    qdrant_breaker_open_s: float = Field(
+        2.0, gt=0, description="seconds calls fail fast after the breaker opened, before one call tries Qdrant again"
+    )
     collection: str = Field("items", pattern=r"^[A-Za-z0-9_-]+$", description="collection (or shard folder) name")
 
     # --- HTTP

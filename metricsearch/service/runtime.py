@@ -18,7 +18,7 @@ from metricsearch.service.cache import AnswerCache, EmbeddingCache
 from metricsearch.service.catalog import Catalog, vector_schema
 from metricsearch.service.config import Settings
 from metricsearch.service.metrics import Metrics
-from metricsearch.service.search import Search
+from metricsearch.service.search import Search, StoreCalls
 from metricsearch.service.store import open_store
 from metricsearch.service.store.base import Store
 
@@ -78,7 +78,11 @@ def build_runtime(settings: Settings) -> Runtime:
         cache=EmbeddingCache(settings.embedding_cache_size, bundle.identity, *metrics.cache_counters("embedding")),
     )
     log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": _item_count(store)})
-    search = Search(catalog, batcher, answers, settings.request_timeout_s)
+    # A server's calls wait on the network: off the event loop, as many at once as the store lets wait on Qdrant.
+    threads = settings.qdrant_max_in_flight if settings.qdrant_url else None
+    search = Search(
+        catalog, batcher, answers, settings.request_timeout_s, StoreCalls(threads, f"Qdrant at {settings.qdrant_url}")
+    )
     return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers, search)
 
 

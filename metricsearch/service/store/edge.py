@@ -321,16 +321,16 @@ class EdgeStore:
         with self._lock:
             return self._shard.count(CountRequest())
 
-    def healthy(self) -> bool:
+    def readiness(self) -> str | None:
         if self._closed:
-            return False
+            return f"the embedded store at {self._path} is closed"
         try:
             with self._lock:
                 self._shard.info()
-        except Exception:
+        except Exception as e:
             logger.warning("embedded store at %s does not answer", self._path, exc_info=True)
-            return False
-        return True
+            return f"the embedded store at {self._path} does not answer ({e})"
+        return None
 
     def flush(self) -> None:
         with self._lock:

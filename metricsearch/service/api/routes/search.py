@@ -35,7 +35,7 @@ async def similar(body: SimilarRequest, runtime: RuntimeDep) -> Response:
     started = time.perf_counter()
     conditions = body.conditions()
     if body.id is not None:
-        matches = runtime.search.by_id(body.id, body.k, conditions, body.exclude_ids)
+        matches = await runtime.search.by_id(body.id, body.k, conditions, body.exclude_ids)
     else:
         check_text_limits(runtime, body.title, body.text or body.description, "query")
         query = TextQuery(body.text, body.title, body.description)
