@@ -75,6 +75,7 @@ def build_runtime(settings: Settings) -> Runtime:
         queue_size=settings.query_queue_size,
         max_length=encoder.max_length,
         on_batch=metrics.encode_batch_texts.observe,
+        on_drop=metrics.dropped_queries.inc,
         cache=EmbeddingCache(settings.embedding_cache_size, bundle.identity, *metrics.cache_counters("embedding")),
     )
     log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": _item_count(store)})
