@@ -102,9 +102,11 @@ class Settings(BaseSettings):
 
     # --- caches and workers (docs/operations.md: "Serving fast")
     embedding_cache_size: int = Field(10000, ge=0, description="query-text vectors kept in an LRU; 0 = off")
+    embedding_cache_mb: float = Field(32, ge=0, description="estimated MB the embedding cache may hold; 0 = off")
     answer_cache_size: int = Field(
         10000, ge=0, description="/similar-by-id answers kept in an LRU until the next write; 0 = off"
     )
+    answer_cache_mb: float = Field(64, ge=0, description="estimated MB the answer cache may hold; 0 = off")
     workers: int = Field(
         1, ge=1, description="uvicorn worker processes; more than 1 needs a Qdrant server (qdrant_url)"
     )

@@ -59,7 +59,11 @@ def build_runtime(settings: Settings) -> Runtime:
     store = open_store(settings, vector_schema(bundle), wait_for_server=True)
     metrics = Metrics(item_count=lambda: _item_count(store))
     # A Qdrant server may be written by other replicas, whose writes this process never sees: no answer cache there.
-    answers = AnswerCache(0 if settings.qdrant_url else settings.answer_cache_size, *metrics.cache_counters("answer"))
+    answers = AnswerCache(
+        0 if settings.qdrant_url else settings.answer_cache_size,
+        *metrics.cache_counters("answer"),
+        max_bytes=int(settings.answer_cache_mb * 2**20),
+    )
     catalog = Catalog(
         bundle.manifest,
         encoder,
@@ -76,7 +80,12 @@ def build_runtime(settings: Settings) -> Runtime:
         max_length=encoder.max_length,
         on_batch=metrics.encode_batch_texts.observe,
         on_drop=metrics.dropped_queries.inc,
-        cache=EmbeddingCache(settings.embedding_cache_size, bundle.identity, *metrics.cache_counters("embedding")),
+        cache=EmbeddingCache(
+            settings.embedding_cache_size,
+            bundle.identity,
+            *metrics.cache_counters("embedding"),
+            max_bytes=int(settings.embedding_cache_mb * 2**20),
+        ),
     )
     log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": _item_count(store)})
     # A server's calls wait on the network: off the event loop, as many at once as the store lets wait on Qdrant.
