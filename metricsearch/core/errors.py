@@ -44,7 +44,11 @@ class TimedOutError(MetricSearchError):
 
 
 class StoreUnavailableError(MetricSearchError):
-    """Qdrant does not answer (503)."""
+    """Qdrant does not answer (503 with Retry-After: when a retry may find it back)."""
+
+    def __init__(self, message: str, retry_after_s: int = 2) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class BundleError(MetricSearchError):

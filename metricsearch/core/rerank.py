@@ -13,7 +13,7 @@ import numpy as np
 
 from metricsearch.core import scoring, second_order
 from metricsearch.core.bundle import Manifest
-from metricsearch.core.fusion import ComponentStats, fuse
+from metricsearch.core.fusion import ComponentStats, fuse, zscores
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,13 @@ class Reranker:
         self.lambdas = manifest.recobert_lambdas
         self.fusion = manifest.fusion.weights if manifest.fusion else None
 
+    @property
+    def needs_stats(self) -> bool:
+        """Whether a rerank over candidates needs the catalog's statistics: a fused one, and RecoBERT's, whose four
+        scores are z-normalised over the catalog (recobert.txt), not over candidates that depend on k and the filter.
+        Estimated from `metric_scores`' components over a sample of stored items' pairs (service/catalog.py)."""
+        return self.fusion is not None or self.metric == "recobert"
+
     def __call__(
         self,
         query: FieldVectors,
@@ -54,19 +61,26 @@ class Reranker:
         stats: ComponentStats | None = None,
     ) -> Reranked:
         """`lexical`: each candidate's BM25 per field (NaN where either side lacks it), keyed `lexical_<field>`;
-        `stats`: the catalog's component statistics, which a fused rerank needs."""
+        `stats`: the catalog's component statistics, which a fused rerank needs. A RecoBERT rerank without them
+        normalises over the candidates, which is the catalog's normalisation only when they are the whole catalog."""
         scores, components = self.metric_scores(query, candidates, lexical)
         if self.fusion is not None:
             if stats is None or lexical is None:
                 raise ValueError("a fused rerank needs the candidates' lexical scores and the catalog's statistics")
             scores = fuse(components, stats, self.fusion)
-        return Reranked(scores, components)
+        if self.metric == "recobert" and stats is not None:
+            z = zscores({name: components[name] for name in scoring.RECOBERT_PARTS}, stats)
+            scores = sum(w * z[name] for w, name in zip(self.lambdas, scoring.RECOBERT_PARTS, strict=True))
+        shown = {name: v for name, v in components.items() if name not in scoring.RECOBERT_PARTS}
+        return Reranked(scores, shown)
 
     def metric_scores(
         self, query: FieldVectors, candidates: FieldVectors, lexical: Mapping[str, np.ndarray] | None = None
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """The metric's own score and every component (what a fused score is made of)."""
+        """The metric's own score and every component: what a fused score is made of, and for RecoBERT its four
+        scores (scoring.RECOBERT_PARTS), which the catalog's statistics normalise."""
         both = candidates.present & query.present[None, :]
+        recobert: dict[str, np.ndarray] = {}
         if self.metric == "frobenius":
             values = second_order.per_field_similarity(
                 query.factors, query.present, candidates.factors, candidates.present
@@ -76,10 +90,10 @@ class Reranker:
             distances = scoring.per_field_distances(query.fields, query.present, candidates.fields, candidates.present)
             values = -distances
             if self.metric == "recobert":
-                scores = scoring.recobert_score(
-                    query.fields, query.present, candidates.fields, candidates.present, self.lambdas
-                )
+                parts = scoring.recobert_parts(query.fields, query.present, candidates.fields, candidates.present)
+                scores = scoring.zscore(parts) @ np.asarray(self.lambdas, dtype=np.float64)
+                recobert = dict(zip(scoring.RECOBERT_PARTS, parts.T, strict=True))
             else:
                 scores = scoring.per_field_score(distances, self.weights)
         components = {name: np.where(both[:, col], values[:, col], np.nan) for col, name in enumerate(self.fields)}
-        return scores, {**components, **(lexical or {})}
+        return scores, {**components, **(lexical or {}), **recobert}

@@ -68,6 +68,23 @@ def zscore(scores: np.ndarray) -> np.ndarray:
     return (scores - scores.mean(axis=0)) / np.where(std > EPS, std, 1.0)
 
 
+RECOBERT_PARTS = ("recobert_cosd", "recobert_cost", "recobert_tdm_title_desc", "recobert_tdm_desc_title")
+"""RecoBERT's four scores (recobert.txt eq. 3): CosD, CosT, TDM(t_m, d_s), TDM(t_s, d_m)."""
+
+
+def recobert_parts(
+    query: np.ndarray, query_present: np.ndarray, candidates: np.ndarray, candidates_present: np.ndarray
+) -> np.ndarray:
+    """RecoBERT's four scores over (title, description) unit vectors, (n, 4) in RECOBERT_PARTS' order: CosD, CosT and
+    the TDM head (1 + cos) / 2 on (candidate title, seed description) and (seed title, candidate description). A
+    missing description is stood in for by the title. In float64: z-scores of float32 cosines lose 1e-4."""
+    seed = np.where(query_present[:, None], query, query[:1]).astype(np.float64)
+    cand = np.where(candidates_present[:, :, None], candidates, candidates[:, :1]).astype(np.float64)
+    t_s, d_s = seed[0], seed[1]
+    t_m, d_m = cand[:, 0], cand[:, 1]
+    return np.stack([d_m @ d_s, t_m @ t_s, (1.0 + t_m @ d_s) / 2.0, (1.0 + d_m @ t_s) / 2.0], axis=1)
+
+
 def recobert_score(
     query: np.ndarray,
     query_present: np.ndarray,
@@ -75,17 +92,10 @@ def recobert_score(
     candidates_present: np.ndarray,
     lambdas: Sequence[float],
 ) -> np.ndarray:
-    """RecoBERT's inference (recobert.txt eq. 3) over (title, description) unit vectors: CosD, CosT and the TDM
-    head (1 + cos) / 2 on (candidate title, seed description) and (seed title, candidate description), each
-    z-normalised over the candidates, summed with `lambdas`. A missing description is stood in for by the title.
-    """
-    seed = np.where(query_present[:, None], query, query[:1])
-    cand = np.where(candidates_present[:, :, None], candidates, candidates[:, :1])
-    t_s, d_s = seed[0], seed[1]
-    t_m, d_m = cand[:, 0], cand[:, 1]
-    parts = np.stack(
-        [d_m @ d_s, t_m @ t_s, (1.0 + t_m @ d_s) / 2.0, (1.0 + d_m @ t_s) / 2.0], axis=1
-    )  # (n, 4): CosD, CosT, TDM(t_m, d_s), TDM(t_s, d_m)
+    """RecoBERT's inference with its four scores z-normalised over the given candidates, summed with `lambdas`: the
+    paper's normalisation when the candidates are the whole catalog (the evaluation). The service normalises with
+    the catalog's statistics instead (core/rerank.py), since its candidates depend on k and the filter."""
+    parts = recobert_parts(query, query_present, candidates, candidates_present)
     return zscore(parts) @ np.asarray(lambdas, dtype=np.float64)
 
 

@@ -1,7 +1,10 @@
 """Micro-batching of concurrent text queries: one encoder call serves every query that arrived within a short
 window, up to a token budget, behind a bounded queue that refuses (429) rather than letting latency grow
 without bound. The pattern of text-embeddings-inference's queue, written by hand because no library here
-batches asyncio requests into a thread-bound ONNX call. Texts found in the embedding cache skip the queue."""
+batches asyncio requests into a thread-bound ONNX call. Texts found in the embedding cache skip the queue.
+
+A request that timed out (MS_REQUEST_TIMEOUT_S) or whose client went away has its future cancelled; its texts are
+dropped before encoding, so an overloaded encoder never spends its time on answers nobody waits for."""
 
 from __future__ import annotations
 
@@ -36,8 +39,10 @@ class QueryBatcher:
         queue_size: int,
         max_length: int,
         on_batch: Callable[[int], None] | None = None,
+        on_drop: Callable[[int], None] | None = None,
         cache: EmbeddingCache | None = None,
     ) -> None:
+        """`on_batch(texts)` runs before each encoder call; `on_drop(requests)` counts requests dropped unencoded."""
         self._encode = encode
         self._cache = cache
         self._window_s = window_s
@@ -45,6 +50,7 @@ class QueryBatcher:
         self._max_length = max_length
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=queue_size)
         self._on_batch = on_batch or (lambda _n: None)
+        self._on_drop = on_drop or (lambda _n: None)
         # One thread: encoder calls run one after another, each using all intra-op threads.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query-encoder")
         self._worker: asyncio.Task | None = None
@@ -90,9 +96,23 @@ class QueryBatcher:
             await asyncio.gather(self._worker, return_exceptions=True)
         self._executor.shutdown(wait=True)
 
+    async def _next(self) -> _Pending:
+        """The next request somebody still waits for (the carried one first)."""
+        while True:
+            pending = self._carry or await self._queue.get()
+            self._carry = None
+            if not self._dropped([pending]):
+                return pending
+
+    def _dropped(self, batch: list[_Pending]) -> list[_Pending]:
+        """The requests of `batch` whose futures are done (cancelled: timed out, or the client went away), counted."""
+        gone = [p for p in batch if p.future.done()]
+        if gone:
+            self._on_drop(len(gone))
+        return gone
+
     async def _collect(self) -> list[_Pending]:
-        first = self._carry or await self._queue.get()
-        self._carry = None
+        first = await self._next()
         batch, tokens = [first], first.tokens
         deadline = time.monotonic() + self._window_s
         while tokens < self._max_tokens:
@@ -103,6 +123,8 @@ class QueryBatcher:
                 )
             except (TimeoutError, asyncio.QueueEmpty):
                 break
+            if self._dropped([nxt]):
+                continue
             if tokens + nxt.tokens > self._max_tokens:
                 self._carry = nxt
                 break
@@ -114,6 +136,10 @@ class QueryBatcher:
         loop = asyncio.get_running_loop()
         while True:
             batch = await self._collect()
+            if self._dropped(batch):  # expired during the window
+                batch = [p for p in batch if not p.future.done()]
+            if not batch:
+                continue
             texts = [t for p in batch for t in p.texts]
             self._on_batch(len(texts))
             try:

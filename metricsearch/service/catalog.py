@@ -310,7 +310,7 @@ class Catalog:
             return []
         candidates = self._stored(found.vectors)
         lexical = None if terms is None else self._lexical(terms, candidates.present, found.points)
-        stats = self.stats() if self.rerank.fusion is not None else None
+        stats = self.stats() if self.rerank.needs_stats else None
         ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
         # the text it replaced (a second read of the payloads would allow that).

@@ -19,6 +19,15 @@ class Settings(BaseSettings):
     qdrant_url: str | None = Field(None, description="Qdrant server or cluster URL; unset = embedded store")
     qdrant_api_key: SecretStr | None = Field(None, description="API key of the Qdrant server")
     qdrant_timeout_s: float = Field(5.0, gt=0, description="timeout of one Qdrant server call")
+    qdrant_max_in_flight: int = Field(
+        16, gt=0, description="Qdrant server calls waiting for an answer at once; one more gets 503 at once"
+    )
+    qdrant_breaker_failures: int = Field(
+        3, gt=0, description="Qdrant server outages in a row (timeouts, refusals, 5xx) after which calls fail fast"
+    )
+    qdrant_breaker_open_s: float = Field(
+        2.0, gt=0, description="seconds calls fail fast after the breaker opened, before one call tries Qdrant again"
+    )
     collection: str = Field("items", pattern=r"^[A-Za-z0-9_-]+$", description="collection (or shard folder) name")
 
     # --- HTTP
@@ -96,9 +105,11 @@ class Settings(BaseSettings):
 
     # --- caches and workers (docs/operations.md: "Serving fast")
     embedding_cache_size: int = Field(10000, ge=0, description="query-text vectors kept in an LRU; 0 = off")
+    embedding_cache_mb: float = Field(32, ge=0, description="estimated MB the embedding cache may hold; 0 = off")
     answer_cache_size: int = Field(
         10000, ge=0, description="/similar-by-id answers kept in an LRU until the next write; 0 = off"
     )
+    answer_cache_mb: float = Field(64, ge=0, description="estimated MB the answer cache may hold; 0 = off")
     workers: int = Field(
         1, ge=1, description="uvicorn worker processes; more than 1 needs a Qdrant server (qdrant_url)"
     )

@@ -25,6 +25,11 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64, 128),
             registry=self.registry,
         )
+        self.dropped_queries = Counter(
+            "metricsearch_query_dropped",
+            "text queries dropped before encoding: their request timed out (MS_REQUEST_TIMEOUT_S) or was cancelled",
+            registry=self.registry,
+        )
         self.indexed_items = Counter(
             "metricsearch_indexed_items", "items written by /index", ["outcome"], registry=self.registry
         )

@@ -19,7 +19,7 @@ from metricsearch.service.catalog import Catalog, vector_schema
 from metricsearch.service.config import Settings
 from metricsearch.service.metrics import Metrics
 from metricsearch.service.recommend import Recommender
-from metricsearch.service.search import Search
+from metricsearch.service.search import Search, StoreCalls
 from metricsearch.service.store import open_store
 from metricsearch.service.store.base import Store
 
@@ -65,7 +65,11 @@ def build_runtime(settings: Settings) -> Runtime:
     store = open_store(settings, vector_schema(bundle), wait_for_server=True)
     metrics = Metrics(item_count=lambda: _item_count(store))
     # A Qdrant server may be written by other replicas, whose writes this process never sees: no answer cache there.
-    answers = AnswerCache(0 if settings.qdrant_url else settings.answer_cache_size, *metrics.cache_counters("answer"))
+    answers = AnswerCache(
+        0 if settings.qdrant_url else settings.answer_cache_size,
+        *metrics.cache_counters("answer"),
+        max_bytes=int(settings.answer_cache_mb * 2**20),
+    )
     catalog = Catalog(
         bundle.manifest,
         encoder,
@@ -81,10 +85,20 @@ def build_runtime(settings: Settings) -> Runtime:
         queue_size=settings.query_queue_size,
         max_length=encoder.max_length,
         on_batch=metrics.encode_batch_texts.observe,
-        cache=EmbeddingCache(settings.embedding_cache_size, bundle.identity, *metrics.cache_counters("embedding")),
+        on_drop=metrics.dropped_queries.inc,
+        cache=EmbeddingCache(
+            settings.embedding_cache_size,
+            bundle.identity,
+            *metrics.cache_counters("embedding"),
+            max_bytes=int(settings.embedding_cache_mb * 2**20),
+        ),
     )
     log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": _item_count(store)})
-    search = Search(catalog, batcher, answers, settings.request_timeout_s)
+    # A server's calls wait on the network: off the event loop, as many at once as the store lets wait on Qdrant.
+    threads = settings.qdrant_max_in_flight if settings.qdrant_url else None
+    search = Search(
+        catalog, batcher, answers, settings.request_timeout_s, StoreCalls(threads, f"Qdrant at {settings.qdrant_url}")
+    )
     return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers, search)
 
 

@@ -1,15 +1,20 @@
 """The /similar use case, whole: by a stored item's id (answered from the answer cache until the next write) or by
 text (the texts to encode, the query batcher under the request timeout, the per-field layout, the search). Routes
-only translate HTTP to these calls, so a request crosses each layer once."""
+only translate HTTP to these calls, so a request crosses each layer once. The store calls run where StoreCalls says:
+on the event loop for the embedded engine, in bounded worker threads for a Qdrant server."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-from metricsearch.core.errors import TimedOutError
+import anyio
+import anyio.to_thread
+
+from metricsearch.core.errors import StoreUnavailableError, TimedOutError
 from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import Match
 from metricsearch.core.rerank import FieldVectors
@@ -34,20 +39,56 @@ def answer_key(item_id: str, k: int, conditions: Sequence[Condition], exclude_id
     return hashlib.blake2b(request, digest_size=16).digest()
 
 
+T = TypeVar("T")
+
+
+class StoreCalls:
+    """Where a use case that calls the store runs. `threads=None` (the embedded engine): on the event loop, since the
+    engine holds the GIL for each call (about 2 ms, QDRANT_EDGE.md), so a thread hop would add latency without adding
+    throughput. `threads=n` (a Qdrant server, whose calls wait on the network up to MS_QDRANT_TIMEOUT_S): in worker
+    threads, at most n at once, and one more fails at once (503) rather than queue behind a slow server."""
+
+    def __init__(self, threads: int | None = None, where: str = "the store") -> None:
+        self._limiter = anyio.CapacityLimiter(threads) if threads else None
+        self._where = where
+
+    async def run(self, call: Callable[..., T], *args: object) -> T:
+        if self._limiter is None:
+            return call(*args)
+        if self._limiter.available_tokens < 1:
+            raise StoreUnavailableError(
+                f"{self._limiter.total_tokens:g} requests are waiting for {self._where} already "
+                "(MS_QDRANT_MAX_IN_FLIGHT): it is slow; retry shortly",
+                retry_after_s=1,
+            )
+        return await anyio.to_thread.run_sync(call, *args, limiter=self._limiter)
+
+
 class Search:
-    def __init__(self, catalog: Catalog, batcher: QueryBatcher, answers: AnswerCache, timeout_s: float) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        batcher: QueryBatcher,
+        answers: AnswerCache,
+        timeout_s: float,
+        store_calls: StoreCalls | None = None,
+    ) -> None:
         self.catalog = catalog
         self.batcher = batcher
         self.answers = answers
         self.timeout_s = timeout_s
+        self.store_calls = store_calls or StoreCalls()
 
-    def by_id(
+    async def by_id(
         self, item_id: str, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
     ) -> list[Match]:
-        """More like a stored item, from its stored vectors; the item itself is never among the results.
+        """More like a stored item, from its stored vectors; the item itself is never among the results."""
+        return await self.store_calls.run(self.by_id_here, item_id, k, conditions, exclude_ids)
 
-        Runs on the event loop: about 2 ms, mostly in the engine, which holds the GIL anyway, so a thread hop would
-        add latency without adding throughput."""
+    def by_id_here(
+        self, item_id: str, k: int, conditions: Sequence[Condition] = (), exclude_ids: Sequence[str] = ()
+    ) -> list[Match]:
+        """`by_id` in the calling thread (a batch's worker thread): the answer cache, then the catalog."""
         key = answer_key(item_id, k, conditions, exclude_ids)
         generation = self.answers.generation  # before the read: see cache.py
         matches = self.answers.get(generation, key)
@@ -61,7 +102,7 @@ class Search:
     ) -> list[Match]:
         """More like a text: encoded through the batcher with concurrent queries, then searched like a stored item."""
         [(vectors, terms)] = await self.encode([query])
-        return self.catalog.similar(vectors, k, conditions, exclude_ids, terms)
+        return await self.store_calls.run(self.catalog.similar, vectors, k, conditions, exclude_ids, terms)
 
     async def encode(self, queries: Sequence[TextQuery]) -> list[tuple[FieldVectors, dict[str, SparseVector]]]:
         """Text queries as per-field vectors and lexical vectors, all their texts in one batcher call (a batch of

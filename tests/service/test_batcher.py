@@ -1,4 +1,5 @@
-"""The query micro-batcher: concurrent queries share encoder calls; a full queue refuses with 429's error."""
+"""The query micro-batcher: concurrent queries share encoder calls; a full queue refuses with 429's error; queries
+nobody waits for any more are never encoded."""
 
 from __future__ import annotations
 
@@ -102,3 +103,30 @@ def test_encoder_failure_reaches_every_waiting_query_and_worker_survives():
         return ok
 
     assert asyncio.run(run()).shape == (1, 1)
+
+
+def test_expired_or_cancelled_queries_are_never_encoded():
+    gate = threading.Event()
+    encoder = RecordingEncoder(gate)
+    dropped = []
+
+    async def run():
+        batcher = _batcher(encoder, window_s=0.0, on_drop=dropped.append)
+        batcher.start()
+        first = asyncio.ensure_future(batcher.encode(["held"]))
+        await asyncio.sleep(0.05)  # the worker took it and blocks in the encoder
+        for n in range(5):  # they wait behind it longer than their timeout
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(batcher.encode([f"expired {n}"]), 0.01)
+        gone = asyncio.ensure_future(batcher.encode(["client went away"]))
+        live = asyncio.ensure_future(batcher.encode(["still wanted"]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        gate.set()
+        await first
+        assert (await live)[:, 0].tolist() == [len("still wanted")]
+        await batcher.stop()
+
+    asyncio.run(run())
+    assert [t for call in encoder.calls for t in call] == ["held", "still wanted"]
+    assert sum(dropped) == 6

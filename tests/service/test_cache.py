@@ -8,8 +8,13 @@ import asyncio
 import numpy as np
 import pytest
 
+from metricsearch.core.records import Match
 from metricsearch.service.batcher import QueryBatcher
-from metricsearch.service.cache import AnswerCache, EmbeddingCache
+from metricsearch.service.cache import AnswerCache, EmbeddingCache, answer_bytes
+
+
+def matches(tag: str) -> list[Match]:
+    return [Match(tag, 1.0, f"title {tag}", {}, {})]
 
 
 class Counts:
@@ -61,9 +66,9 @@ def test_a_write_retires_every_earlier_answer():
     counts = Counts()
     answers = AnswerCache(100, counts.hit, counts.miss)
     before = answers.generation
-    answers.put(before, "q1", b"[1]")
-    answers.put(before, "q2", b"[2]")
-    assert answers.get(answers.generation, "q1") == b"[1]"
+    answers.put(before, "q1", matches("1"))
+    answers.put(before, "q2", matches("2"))
+    assert answers.get(answers.generation, "q1") == matches("1")
     answers.bump()
     assert answers.generation != before
     assert answers.get(answers.generation, "q1") is None and answers.get(answers.generation, "q2") is None
@@ -75,7 +80,7 @@ def test_an_answer_computed_across_a_write_is_never_served():
     answers = AnswerCache(100)
     taken = answers.generation
     answers.bump()  # the write that landed while the reader computed
-    answers.put(taken, "q", b"[stale]")
+    answers.put(taken, "q", matches("stale"))
     assert answers.get(answers.generation, "q") is None
 
 
@@ -107,3 +112,25 @@ def test_batcher_encodes_only_texts_it_has_not_seen():
     assert first[:, 0].tolist() == [2.0, 4.0]
     assert second[:, 0].tolist() == [4.0, 1.0, 2.0]  # cached and fresh vectors in the order asked
     assert third[:, 0].tolist() == [1.0]
+
+
+def test_caches_are_bounded_by_bytes_too():
+    embeddings = EmbeddingCache(1000, "b", max_bytes=10 * (4 * 384 + 400))
+    for n in range(50):
+        embeddings.put(f"text {n}", np.zeros(384, dtype=np.float32))
+    assert len(embeddings) <= 10 and embeddings.nbytes <= 10 * (4 * 384 + 400)
+    assert embeddings.get("text 49") is not None and embeddings.get("text 0") is None
+
+    def answer(n: int, metadata_keys: int) -> list[Match]:
+        metadata = {f"key {k}": f"value {n} {k}" for k in range(metadata_keys)}
+        return [Match(f"id-{n}-{i}", 1.0, "title", dict(metadata), {"title": 0.5}) for i in range(100)]
+
+    small, large = answer(0, 1), answer(1, 200)
+    assert answer_bytes(large) > 20 * answer_bytes(small)
+    answers = AnswerCache(10_000, max_bytes=4 * answer_bytes(large))
+    for n in range(20):  # by count these would all fit
+        answers.put(0, n, answer(n, 200))
+    assert len(answers) == 3 and answers.nbytes <= 4 * answer_bytes(large)
+    assert answers.get(0, 19) is not None and answers.get(0, 0) is None
+    answers.put(0, "huge", answer(99, 5000))  # larger than the whole cache: not kept, nothing else evicted
+    assert answers.get(0, "huge") is None and len(answers) == 3

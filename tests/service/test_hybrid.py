@@ -1,6 +1,6 @@
 """The hybrid rerank in the service: a part-number-only match is a candidate and ranks, `scores` explains each
-component, and the fused ranking depends neither on k nor on the filter, since it is normalised with statistics of
-the whole catalog."""
+component, and the fused ranking, like RecoBERT's, depends neither on k nor on the filter, since it is normalised
+with statistics of the whole catalog."""
 
 from __future__ import annotations
 
@@ -47,16 +47,34 @@ def catalog_items(n: int, seed: int = 0) -> list[Item]:
     return items
 
 
-@pytest.fixture
-def hybrid(tiny_bundle, tmp_path):
-    bundle = tmp_path / "hybrid"
+def served_catalog(tiny_bundle, folder, **manifest_changes):
+    bundle = folder / "bundle"
     shutil.copytree(tiny_bundle, bundle)
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["lexical"] is not None  # every export stores lexical vectors
-    manifest["fusion"] = {"weights": DEFAULT_FUSION, "chosen_by": "test"}
+    manifest.update(manifest_changes)
     (bundle / "bundle.json").write_text(json.dumps(manifest))
-    runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", candidates_min=10))
+    runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=10))
     runtime.catalog.index(catalog_items(120))
+    return runtime
+
+
+@pytest.fixture
+def hybrid(tiny_bundle, tmp_path):
+    runtime = served_catalog(tiny_bundle, tmp_path, fusion={"weights": DEFAULT_FUSION, "chosen_by": "test"})
+    yield runtime.catalog
+    runtime.close()
+
+
+@pytest.fixture(params=["fused", "recobert"])
+def normalised(request, tiny_bundle, tmp_path):
+    """A catalog whose rerank normalises scores: fused with lexical scores, or RecoBERT's four."""
+    changes = (
+        {"fusion": {"weights": DEFAULT_FUSION, "chosen_by": "test"}}
+        if request.param == "fused"
+        else {"metric": "recobert", "recobert_lambdas": [1.0, 1.0, 0.5, 0.5]}
+    )
+    runtime = served_catalog(tiny_bundle, tmp_path, **changes)
     yield runtime.catalog
     runtime.close()
 
@@ -70,12 +88,15 @@ def test_a_match_that_only_shares_a_part_number_is_found(hybrid):
     assert results[0].field_scores["description"] is None and results[0].field_scores["lexical_description"] is None
 
 
-def test_fused_ranking_does_not_depend_on_k_or_the_filter(hybrid):
+def test_ranking_does_not_depend_on_k_or_the_filter(normalised):
+    """k=10 reranks 100 of the 120 items, k=100 all of them: the shared top 10 agree, with the same scores."""
     for query in ("i3", "i10", "i41"):
-        top10 = [m.id for m in hybrid.similar_to_item(query, 10)]
-        assert [m.id for m in hybrid.similar_to_item(query, 60)][:10] == top10
-        filtered = [m.id for m in hybrid.similar_to_item(query, 60, [Equals("shop", "a")])]
-        shop_a = [i for i in top10 if int(i[1:]) % 2]
+        top10 = normalised.similar_to_item(query, 10)
+        wide = normalised.similar_to_item(query, 100)
+        assert [m.id for m in wide][:10] == [m.id for m in top10]
+        np.testing.assert_allclose([m.score for m in wide][:10], [m.score for m in top10], rtol=1e-6)
+        filtered = [m.id for m in normalised.similar_to_item(query, 60, [Equals("shop", "a")])]
+        shop_a = [m.id for m in top10 if int(m.id[1:]) % 2]
         assert filtered[: len(shop_a)] == shop_a
 
 

@@ -4,6 +4,7 @@ readiness follows a Qdrant server that goes away and comes back."""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -59,8 +60,10 @@ def test_readyz_goes_from_503_to_200_when_qdrant_comes_back(tiny_bundle, tmp_pat
         assert "http://qdrant.test:6333 does not answer" in unready.json()["detail"]
         assert service.post("/index", json={"items": [{"id": "a", "title": "red shirt"}]}).status_code == 503
 
-        down.undo()  # the server is back
-        ready = service.get("/readyz")
+        down.undo()  # the server is back: ready once the circuit breaker lets a trial call through
+        deadline = time.monotonic() + 3 * settings.qdrant_breaker_open_s
+        while (ready := service.get("/readyz")).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.1)
         assert ready.status_code == 200 and ready.json()["items"] == 0
         assert service.post("/index", json={"items": [{"id": "a", "title": "red shirt"}]}).status_code == 200
         assert service.get("/readyz").json()["items"] == 1

@@ -29,9 +29,6 @@ STATUS = {
 }
 
 
-STORE_RETRY_AFTER_S = 2
-
-
 def status_of(exc: errors.MetricSearchError) -> int:
     return next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
 
@@ -64,11 +61,9 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(errors.MetricSearchError)
     async def _domain(request: Request, exc: errors.MetricSearchError) -> JSONResponse:
         status = status_of(exc)
-        overloaded = isinstance(exc, errors.OverloadedError | errors.TimedOutError)
-        headers = {"Retry-After": str(exc.retry_after_s)} if overloaded else None
-        if isinstance(exc, errors.StoreUnavailableError):
-            # Qdrant is down or restarting: a retry soon may find it back (the service reconnects by itself).
-            headers = {"Retry-After": str(STORE_RETRY_AFTER_S)}
+        # Overloaded, or Qdrant down or restarting: a retry soon may get through (the service reconnects by itself).
+        retry = isinstance(exc, errors.OverloadedError | errors.TimedOutError | errors.StoreUnavailableError)
+        headers = {"Retry-After": str(exc.retry_after_s)} if retry else None
         if status == 401:
             headers = {"WWW-Authenticate": "Bearer"}
         return problem(status, str(exc), headers)

@@ -25,12 +25,18 @@ def written_whole(target: Path) -> Iterator[Path]:
     _fsync_dir(target.parent)
 
 
-def fsync_tree(folder: Path) -> None:
+def fsync_tree(folder: Path, *, missing_ok: bool = False) -> None:
     """Make every file and folder under `folder` durable before a rename makes them the live copy: an old copy
-    removed after it would otherwise leave none that a power loss cannot truncate."""
+    removed after it would otherwise leave none that a power loss cannot truncate. `missing_ok`: files removed
+    meanwhile (a WAL segment the engine retired) are skipped. os.fsync releases the GIL: other threads run."""
     for root, _dirs, files in os.walk(folder):
         for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            except FileNotFoundError:
+                if missing_ok:
+                    continue
+                raise
             try:
                 os.fsync(fd)
             finally:

@@ -147,8 +147,8 @@ class Store(Protocol):
 
     def count(self) -> int: ...
 
-    def healthy(self) -> bool:
-        """True when the store answers (readiness)."""
+    def readiness(self) -> str | None:
+        """None when the store answers (ready), else why it does not, a message for /readyz."""
 
     def flush(self) -> None:
         """Make every acknowledged write durable on disk."""

@@ -147,7 +147,7 @@ class EdgeStore:
         # _write_lock serialises writes with each other and with a build's copy and swap (order: _write_lock first).
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
-        # Group commit: writes are numbered as applied; one flush covers every write applied before it began.
+        # Group commit: writes are numbered as applied; one WAL fsync covers every write applied before it began.
         self._sync_lock = threading.Lock()
         self._applied = 0
         self._synced = 0
@@ -348,16 +348,16 @@ class EdgeStore:
         with self._lock:
             return self._shard.count(CountRequest())
 
-    def healthy(self) -> bool:
+    def readiness(self) -> str | None:
         if self._closed:
-            return False
+            return f"the embedded store at {self._path} is closed"
         try:
             with self._lock:
                 self._shard.info()
-        except Exception:
+        except Exception as e:
             logger.warning("embedded store at %s does not answer", self._path, exc_info=True)
-            return False
-        return True
+            return f"the embedded store at {self._path} does not answer ({e})"
+        return None
 
     def flush(self) -> None:
         with self._lock:
@@ -427,16 +427,25 @@ class EdgeStore:
         return written
 
     def _sync(self, written: int) -> None:
-        """With sync_writes, return once write number `written` is fsynced. Writers that wait here while a flush
-        runs share the next one, so concurrent writes cost about one flush each round, not one each."""
+        """With sync_writes, return once write number `written` is fsynced. Writers that wait here while an fsync
+        runs share the next one, so concurrent writes cost about one fsync each round, not one each."""
         if not self._sync_writes:
             return
         with self._sync_lock:
             if self._synced >= written:
                 return
             covered = self._applied  # every write numbered up to here has returned from update()
-            self.flush()
+            self._fsync_wal()
             self._synced = covered
+
+    def _fsync_wal(self) -> None:
+        """Make the live shard's WAL durable: it holds every applied write, and a load replays it (QDRANT_EDGE.md).
+        fsync of the WAL files, not the engine's flush(), which holds the GIL for its whole run (25-114 ms) and so
+        stalls every reader; os.fsync releases the GIL, and no lock is held, so reads go on meanwhile. The WAL is
+        written through a shared mmap, whose dirty pages are the file's page cache, which fsync writes out."""
+        with self._lock:
+            wal = self._shard_dir(self._generation) / "wal"
+        fsync_tree(wal, missing_ok=True)
 
     def _build_due(self) -> bool:
         if not self._optimize_after_writes or self._writes_since_build < self._optimize_after_writes:
@@ -522,6 +531,9 @@ class EdgeStore:
     def _swap_in(self, target: Path, generation: int) -> dict[str, float] | None:
         """Load the optimised copy, replay the journal, make it live, close the old shard; returns each step's
         milliseconds (load and close hold the GIL, so queries wait for them too), None when the store closed."""
+        # The copy must be on disk before store.json names it and the old generation is removed; fsync releases the
+        # GIL and holds no lock, so requests go on meanwhile.
+        fsync_tree(target)
         with self._write_lock:
             if self._closed:
                 return None

@@ -5,8 +5,12 @@ vectors and payloads. A write replaces a point's row and entry together, so one 
 qdrant-edge hands vectors back as Python lists: for 100 candidates x 768 floats that conversion took 3.7 ms of a
 4.5 ms search (measured at 50k points, HNSW), more than the search itself. The embedded store is owned by one
 process, through which every write passes, so this copy cannot go stale. Costs 4 bytes x size a point in RAM, plus
-its entry.
-Written by hand: a growable id -> row matrix is a few lines of numpy.
+its entry (docs/operations.md, "Memory").
+
+Rows live in blocks that double in size (1024, 1024, 2048, 4096, ... rows), so growing adds a block and never
+copies: there is no moment with two copies of the vectors alive, and a block's rows take memory only once written
+(np.zeros maps untouched pages lazily). A gather touches at most log2(n / 1024) + 1 blocks.
+Written by hand: a growable id -> row store is a few lines of numpy.
 """
 
 from __future__ import annotations
@@ -19,19 +23,35 @@ import numpy as np
 Entry = TypeVar("Entry")
 
 
+FIRST_BLOCK = 1024
+
+
+def _blocks_of(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(block, offset in it) of each row: block 0 holds rows [0, B), block k >= 1 rows [B * 2^(k-1), B * 2^k)."""
+    q = rows // FIRST_BLOCK
+    block = np.zeros_like(rows)
+    grown = q > 0
+    block[grown] = np.floor(np.log2(q[grown])).astype(rows.dtype) + 1
+    start = np.where(block == 0, 0, FIRST_BLOCK << np.maximum(block - 1, 0))
+    return block, rows - start
+
+
 class VectorMirror(Generic[Entry]):
     def __init__(self, sizes: Mapping[str, int]) -> None:
         self._rows: dict[str, int] = {}
         self._free: list[int] = []
         self._entries: list[Entry | None] = []
-        self._matrices = {name: np.zeros((0, size), dtype=np.float32) for name, size in sizes.items()}
+        self._sizes = dict(sizes)
+        self._blocks: dict[str, list[np.ndarray]] = {name: [] for name in sizes}
+        self._capacity = 0
 
     def __len__(self) -> int:
         return len(self._rows)
 
     @property
     def nbytes(self) -> int:
-        return sum(m.nbytes for m in self._matrices.values())
+        """Bytes of the rows in use (a block's unwritten rows take no memory)."""
+        return len(self._entries) * 4 * sum(self._sizes.values())
 
     def put(self, ids: Sequence[str], entries: Sequence[Entry], vectors: Mapping[str, np.ndarray]) -> None:
         """Insert or replace the (n, size) vectors of point `ids`, one row each, unit-norm as a cosine store keeps
@@ -39,10 +59,14 @@ class VectorMirror(Generic[Entry]):
         rows = [self._row_for(i) for i in ids]
         for row, entry in zip(rows, entries, strict=True):
             self._entries[row] = entry
-        for name, matrix in self._matrices.items():
+        block, offset = _blocks_of(np.asarray(rows, dtype=np.int64))
+        for name, blocks in self._blocks.items():
             given = np.asarray(vectors[name], dtype=np.float32)
             norms = np.linalg.norm(given, axis=1, keepdims=True)
-            matrix[rows] = np.divide(given, norms, out=np.zeros_like(given), where=norms > 0)
+            unit = np.divide(given, norms, out=np.zeros_like(given), where=norms > 0)
+            for b in np.unique(block):
+                here = block == b
+                blocks[b][offset[here]] = unit[here]
 
     def remove(self, ids: Sequence[str]) -> None:
         for point in ids:
@@ -54,7 +78,15 @@ class VectorMirror(Generic[Entry]):
     def take(self, ids: Sequence[str]) -> tuple[list[Entry], dict[str, np.ndarray]]:
         """The entries and (len(ids), size) vector copies of point `ids`; KeyError for an id never put."""
         rows = [self._rows[i] for i in ids]
-        return [self._entries[r] for r in rows], {name: matrix[rows] for name, matrix in self._matrices.items()}
+        block, offset = _blocks_of(np.asarray(rows, dtype=np.int64))
+        taken = {}
+        for name, blocks in self._blocks.items():
+            out = np.empty((len(rows), self._sizes[name]), dtype=np.float32)
+            for b in np.unique(block):
+                here = block == b
+                out[here] = blocks[b][offset[here]]
+            taken[name] = out
+        return [self._entries[r] for r in rows], taken
 
     def _row_for(self, point: str) -> int:
         row = self._rows.get(point)
@@ -63,16 +95,15 @@ class VectorMirror(Generic[Entry]):
         if self._free:
             row = self._free.pop()
         else:
-            row = len(self._rows)
+            row = len(self._entries)
             self._entries.append(None)
-            capacity = next(iter(self._matrices.values())).shape[0]
-            if row >= capacity:
-                self._grow(max(1024, 2 * capacity))
+            if row >= self._capacity:
+                self._add_block()
         self._rows[point] = row
         return row
 
-    def _grow(self, capacity: int) -> None:
-        for name, matrix in self._matrices.items():
-            grown = np.zeros((capacity, matrix.shape[1]), dtype=np.float32)
-            grown[: matrix.shape[0]] = matrix
-            self._matrices[name] = grown
+    def _add_block(self) -> None:
+        rows = FIRST_BLOCK if self._capacity == 0 else self._capacity
+        for name, blocks in self._blocks.items():
+            blocks.append(np.zeros((rows, self._sizes[name]), dtype=np.float32))
+        self._capacity += rows

@@ -3,7 +3,13 @@
 The collection records the bundle that built it in its metadata; a server too old for collection metadata loses
 that record, and then only the vector names and sizes are checked. A service may start while Qdrant is down: the
 collection is opened (or created) by the first call that finds the server answering, so readiness recovers without
-a restart when Qdrant comes back.
+a restart when Qdrant comes back. Once open, a collection that vanishes (the server lost or deleted its data) is an
+error state, never recreated empty behind the users' back: it is unready until the collection is back (a restored
+snapshot) or the service restarts, which creates it empty to re-index.
+
+Every call goes through a CallGuard (guard.py): a bound on the calls in flight and a circuit breaker, so a hung
+server costs each caller one call timeout at most, then 503 at once. The calls are blocking: the service makes them
+off the event loop (service/search.py), so a slow server never stalls /healthz.
 
 Snapshots are the server's own collection snapshots (create, download, delete on the server), restored by uploading
 one. A snapshot (a tar) holds the collection's config.json with the metadata that records the bundle: restore checks
@@ -21,7 +27,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import numpy as np
@@ -44,6 +50,7 @@ from metricsearch.service.store.base import (
     StoredItem,
     VectorSchema,
 )
+from metricsearch.service.store.guard import CallGuard
 from metricsearch.service.store.payload import (
     aligned_scores,
     any_of_groups,
@@ -81,16 +88,23 @@ class RemoteStore:
         shards: int | None = None,
         replication: int | None = None,
         wait_for_server: bool = False,
+        guard: CallGuard | None = None,
     ) -> None:
         self._client = client
         self._collection = collection
         self._schema = schema
         self._url = url or "the Qdrant server"
         self._layout = collection_layout(shards, replication)
+        self._guard = guard or CallGuard(
+            f"Qdrant at {url}" if url else self._url, max_in_flight=16, failures=3, open_s=2.0
+        )
         self._open_lock = threading.Lock()
         self._opened = False
+        self._vanished = False
+        """Set once the open collection disappeared: it is not created again by this process."""
         try:
-            self._ensure_open()
+            with self._guard.call():
+                self._ensure_open()
         except StoreUnavailableError as e:
             if not wait_for_server:
                 client.close()
@@ -112,6 +126,7 @@ class RemoteStore:
         shards: int | None = None,
         replication: int | None = None,
         wait_for_server: bool = False,
+        guard: CallGuard | None = None,
     ) -> RemoteStore:
         client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout_s), check_compatibility=False)
         return cls(
@@ -122,6 +137,7 @@ class RemoteStore:
             shards=shards,
             replication=replication,
             wait_for_server=wait_for_server,
+            guard=guard,
         )
 
     @classmethod
@@ -136,6 +152,12 @@ class RemoteStore:
             shards=settings.qdrant_shards,
             replication=settings.qdrant_replication,
             wait_for_server=wait_for_server,
+            guard=CallGuard(
+                f"Qdrant at {settings.qdrant_url}",
+                max_in_flight=settings.qdrant_max_in_flight,
+                failures=settings.qdrant_breaker_failures,
+                open_s=settings.qdrant_breaker_open_s,
+            ),
         )
 
     # --- snapshots: a client of their own, not an open store, which would create a missing collection
@@ -318,22 +340,17 @@ class RemoteStore:
         with self._serving():
             return self._client.count(self._collection, exact=True).count
 
-    def healthy(self) -> bool:
+    def readiness(self) -> str | None:
+        """None when the collection answers; else why not, at once while the breaker is open."""
         try:
             with self._serving():
                 exists = self._client.collection_exists(self._collection)
+                if not exists:
+                    self._lost()
         except (StoreUnavailableError, StoreMismatchError) as e:
             logger.warning("not ready: %s", e)
-            return False
-        if not exists:
-            logger.warning(
-                "collection %r vanished from Qdrant at %s (its data was deleted or lost): the next call recreates it "
-                "empty; re-index the catalog",
-                self._collection,
-                self._url,
-            )
-            self._opened = False
-        return exists
+            return str(e)
+        return None
 
     def flush(self) -> None:
         """Nothing to do: writes wait for the server's acknowledgement, and its WAL makes them durable."""
@@ -345,10 +362,11 @@ class RemoteStore:
 
     @contextmanager
     def _serving(self) -> Iterator[None]:
-        """The collection open, and server outages raised as StoreUnavailableError."""
-        self._ensure_open()
-        with self._answering():
-            yield
+        """One guarded call: the collection open, and server outages raised as StoreUnavailableError."""
+        with self._guard.call():
+            self._ensure_open()
+            with self._answering():
+                yield
 
     def _ensure_open(self) -> None:
         if self._opened:
@@ -360,6 +378,8 @@ class RemoteStore:
 
     def _open_collection(self) -> None:
         if not self._client.collection_exists(self._collection):
+            if self._vanished:
+                self._lost()
             try:
                 self._create_collection()
                 return
@@ -430,12 +450,7 @@ class RemoteStore:
             yield
         except UnexpectedResponse as e:
             if e.status_code == 404 and self._opened:
-                # The collection vanished with the server's data: recreate it on the next call.
-                self._opened = False
-                raise StoreUnavailableError(
-                    f"collection {self._collection!r} vanished from Qdrant at {self._url} (its data was deleted or "
-                    "lost); it is recreated empty on the next request: re-index the catalog"
-                ) from e
+                self._lost()
             if e.status_code in (401, 403):
                 raise StoreUnavailableError(
                     f"Qdrant at {self._url} refused the API key (HTTP {e.status_code}): set MS_QDRANT_API_KEY"
@@ -447,6 +462,19 @@ class RemoteStore:
             raise StoreUnavailableError(
                 f"Qdrant at {self._url} does not answer ({e}): check MS_QDRANT_URL and that the server is up"
             ) from e
+
+    def _lost(self) -> NoReturn:
+        """The open collection is gone: an error state until it is back, never silently created empty again."""
+        first = self._opened  # logged once per loss, not on every call that finds it still gone
+        self._vanished, self._opened = True, False
+        message = (
+            f"collection {self._collection!r} vanished from Qdrant at {self._url} after this service opened it (its "
+            "data was deleted or lost): restore a snapshot (`metricsearch snapshot restore`) and the service serves "
+            "it again, or restart the service to create it empty and re-index the catalog"
+        )
+        if first:
+            logger.error(message)
+        raise StoreUnavailableError(message)
 
 
 def check_collection(

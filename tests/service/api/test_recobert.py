@@ -1,4 +1,5 @@
-"""A bundle whose manifest says metric 'recobert' is served with RecoBERT's fused rerank over the ANN candidates."""
+"""A bundle whose manifest says metric 'recobert' is served with RecoBERT's fused rerank over the ANN candidates, its
+four scores z-normalised with the catalog's statistics (every pair of items, in a catalog this small)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,6 @@ def test_recobert_bundle_reranks_by_fused_scores(tiny_bundle, tmp_path):
 
     # The same fusion computed here from the bundle's own encoder, over the same candidates (every other item).
     encoder = Encoder(load_bundle(bundle))
-    by_id = {item["id"]: item for item in ITEMS}
-    others = [i for i in ITEMS if i["id"] != "p1"]
 
     def fields(item):
         vectors = np.zeros((2, encoder.dim), dtype=np.float32)
@@ -43,9 +42,18 @@ def test_recobert_bundle_reranks_by_fused_scores(tiny_bundle, tmp_path):
             vectors[1] = encoder.encode([item["description"]])[0]
         return vectors
 
-    query, query_present = scoring.unpack(scoring.pack(fields(by_id["p1"])[None], [1.0, 1.0]), 2)
-    cands, cands_present = scoring.unpack(scoring.pack(np.stack([fields(i) for i in others]), [1.0, 1.0]), 2)
-    expected = scoring.recobert_score(query[0], query_present[0], cands, cands_present, (1.0, 1.0, 0.5, 0.5))
+    stored, present = scoring.unpack(scoring.pack(np.stack([fields(i) for i in ITEMS]), [1.0, 1.0]), 2)
+    pairs = np.concatenate(
+        [
+            np.delete(scoring.recobert_parts(stored[n], present[n], stored, present), n, axis=0)
+            for n in range(len(ITEMS))
+        ]
+    )
+    mean, std = pairs.mean(axis=0), pairs.std(axis=0)
+    others = [n for n, item in enumerate(ITEMS) if item["id"] != "p1"]
+    query = next(n for n, item in enumerate(ITEMS) if item["id"] == "p1")
+    parts = scoring.recobert_parts(stored[query], present[query], stored[others], present[others])
+    expected = ((parts - mean) / std) @ np.array([1.0, 1.0, 0.5, 0.5])
     order = np.argsort(-expected, kind="stable")
-    assert [r["id"] for r in results] == [others[i]["id"] for i in order]
+    assert [r["id"] for r in results] == [ITEMS[others[i]]["id"] for i in order]
     np.testing.assert_allclose([r["score"] for r in results], expected[order], atol=1e-4)

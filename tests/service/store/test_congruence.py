@@ -122,7 +122,7 @@ def test_get_delete_count(store, items):
     assert store.delete(["item-40", "item-40", "item-41"]) == 2
     assert store.delete(["item-40"]) == 0
     assert store.count() == len(reference.items) - 2
-    assert store.healthy()
+    assert store.readiness() is None
 
 
 def test_metadata_key_with_path_syntax_refused(store, items):
@@ -218,6 +218,6 @@ def test_unreachable_server(local_store, monkeypatch):
 
     monkeypatch.setattr(local_store._client, "collection_exists", refused)
     monkeypatch.setattr(local_store._client, "count", refused)
-    assert local_store.healthy() is False
+    assert local_store.readiness() is not None
     with pytest.raises(StoreUnavailableError, match="does not answer"):
         local_store.count()

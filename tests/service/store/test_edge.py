@@ -118,7 +118,7 @@ def test_foreign_folder_refused(tmp_path):
 def test_one_owner(edge_store, tmp_path):
     with pytest.raises(StoreUnavailableError, match="already open"):
         EdgeStore(tmp_path / "edge", SCHEMA)
-    assert edge_store.healthy()
+    assert edge_store.readiness() is None
 
 
 def test_open_store_without_url_is_embedded(tmp_path, items):

@@ -21,7 +21,7 @@ def test_put_take_replace_remove_and_reuse():
     with pytest.raises(KeyError):
         mirror.take(["a"])
     mirror.put(["c"], ["C"], {"v": np.zeros((1, 3))})  # reuses a's row; a zero vector stays zero
-    assert len(mirror) == 2 and mirror.nbytes == 1024 * 3 * 4
+    assert len(mirror) == 2 and mirror.nbytes == 2 * 3 * 4
     ids, vectors = mirror.take(["c", "b"])
     assert ids == ["C", "B"]
     np.testing.assert_allclose(vectors["v"], [[0, 0, 0], [0, 1, 0]])
@@ -38,3 +38,14 @@ def test_growth_keeps_every_row():
     ids, taken = mirror.take([str(i) for i in range(5000)])
     assert ids == [f"x{i}" for i in range(5000)]
     np.testing.assert_allclose(taken["v"], expected, atol=1e-6)
+
+
+def test_growth_never_copies_what_it_holds():
+    """Growing adds a block: the rows already written stay where they are (no second copy is ever made)."""
+    mirror = VectorMirror({"v": 2})
+    mirror.put(["first"], ["F"], {"v": np.array([[1.0, 0.0]])})
+    first_block = mirror._blocks["v"][0]
+    mirror.put([str(i) for i in range(10_000)], [None] * 10_000, {"v": np.ones((10_000, 2))})
+    assert mirror._blocks["v"][0] is first_block
+    assert [len(b) for b in mirror._blocks["v"]] == [1024, 1024, 2048, 4096, 8192]
+    np.testing.assert_allclose(mirror.take(["first"])[1]["v"], [[1.0, 0.0]])

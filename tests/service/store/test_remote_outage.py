@@ -6,6 +6,8 @@ qdrant-client's local mode with its calls failing as a refused connection does, 
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from qdrant_client import QdrantClient
@@ -15,6 +17,7 @@ from metricsearch.core.errors import StoreUnavailableError
 from metricsearch.service.config import Settings
 from metricsearch.service.process import free_port
 from metricsearch.service.store import RemoteStore, open_store
+from metricsearch.service.store.guard import CallGuard
 from metricsearch.service.store.remote import collection_layout
 from tests.service.store.conftest import SCHEMA
 
@@ -47,7 +50,7 @@ def test_unreachable_server_is_waited_for_when_asked():
 
     store = open_store(settings, SCHEMA, wait_for_server=True)
     try:
-        assert store.healthy() is False
+        assert store.readiness() is not None
         for call in (store.count, lambda: store.get(["a"]), lambda: store.search(np.ones(8), 5)):
             with pytest.raises(StoreUnavailableError, match=f"{url} does not answer.*MS_QDRANT_URL"):
                 call()
@@ -58,15 +61,17 @@ def test_unreachable_server_is_waited_for_when_asked():
 def test_recovers_when_the_server_answers_again(tmp_path, items, monkeypatch):
     client = QdrantClient(path=str(tmp_path / "local"))
     monkeypatch.setattr(client, "collection_exists", refused)
-    store = RemoteStore(client, "items", SCHEMA, shards=6, replication=2, wait_for_server=True)
+    guard = CallGuard("Qdrant", max_in_flight=4, failures=3, open_s=0.05)
+    store = RemoteStore(client, "items", SCHEMA, shards=6, replication=2, wait_for_server=True, guard=guard)
     try:
-        assert store.healthy() is False
+        assert store.readiness() is not None
         with pytest.raises(StoreUnavailableError, match="does not answer"):
             store.upsert(items(range(3)))
         assert not client.get_collections().collections, "nothing may be created while the server is down"
 
         monkeypatch.undo()  # Qdrant is back
-        assert store.healthy() is True
+        time.sleep(0.1)  # the breaker's next try
+        assert store.readiness() is None
         store.upsert(items(range(5)))
         assert store.count() == 5
         assert store.search(items(range(1))[0].vectors[SCHEMA.ann], 1).ids == ["item-0"]
@@ -78,19 +83,59 @@ def test_outage_after_start_then_recovery(local_store, items, monkeypatch):
     local_store.upsert(items(range(4)))
     monkeypatch.setattr(local_store._client, "count", refused)
     monkeypatch.setattr(local_store._client, "collection_exists", refused)
-    assert local_store.healthy() is False
+    assert local_store.readiness() is not None
     with pytest.raises(StoreUnavailableError):
         local_store.count()
     monkeypatch.undo()
-    assert local_store.healthy() is True and local_store.count() == 4
+    assert local_store.readiness() is None and local_store.count() == 4
 
 
-def test_a_vanished_collection_is_recreated(local_store, items):
-    """Qdrant came back without its data (e.g. new volumes): unready once, then an empty collection to re-index."""
-    local_store.upsert(items(range(4)))
-    local_store._client.delete_collection("items")
-    assert local_store.healthy() is False
-    assert local_store.healthy() is True
-    assert local_store.count() == 0
-    local_store.upsert(items(range(2)))
-    assert local_store.count() == 2
+def test_a_vanished_collection_is_an_error_state_until_it_is_back(tmp_path, items):
+    """Qdrant came back without its data (e.g. new volumes): unready with what happened, never recreated empty; a
+    restored collection is served again. A store opened where none exists yet (first start) creates it."""
+    client = QdrantClient(path=str(tmp_path / "local"))
+    guard = CallGuard("Qdrant", max_in_flight=4, failures=3, open_s=0.05)
+    store = RemoteStore(client, "items", SCHEMA, guard=guard)
+    try:
+        store.upsert(items(range(4)))
+        client.delete_collection("items")
+        for _ in range(2):
+            assert "vanished" in store.readiness()
+            with pytest.raises(StoreUnavailableError, match=r"vanished.*snapshot restore"):
+                store.upsert(items(range(2)))
+        assert not client.collection_exists("items")
+
+        RemoteStore(client, "items", SCHEMA).upsert(items(range(3)))  # the collection back, as a restore makes it
+        time.sleep(0.1)  # the breaker's next try
+        assert store.readiness() is None and store.count() == 3
+    finally:
+        store.close()
+
+
+def test_the_breaker_fails_fast_after_outages_and_lets_one_try_through_later():
+    now = [0.0]
+    guard = CallGuard("Qdrant at q", max_in_flight=2, failures=2, open_s=5, clock=lambda: now[0])
+
+    def outage():
+        with guard.call():
+            raise StoreUnavailableError("Qdrant at q does not answer (timed out)")
+
+    for _ in range(2):
+        with pytest.raises(StoreUnavailableError, match="does not answer"):
+            outage()
+    assert "failed 2 calls in a row" in guard.reason and "timed out" in guard.reason
+    with pytest.raises(StoreUnavailableError, match="fail fast") as refused, guard.call():
+        pytest.fail("an open breaker runs no call")
+    assert refused.value.retry_after_s == 5
+
+    now[0] = 5.0  # one trial at a time; the others still fail fast
+    with guard.call(), pytest.raises(StoreUnavailableError, match="fail fast"), guard.call():
+        pass
+    assert guard.reason is None  # the trial's answer closed it
+    # Two in flight: a third fails at once.
+    full = pytest.raises(StoreUnavailableError, match="MS_QDRANT_MAX_IN_FLIGHT")
+    with guard.call(), guard.call(), full, guard.call():
+        pass
+    with pytest.raises(ValueError), guard.call():  # an error that is no outage (a bug, a 4xx) is an answer
+        raise ValueError
+    assert guard.reason is None

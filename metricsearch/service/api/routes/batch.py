@@ -72,7 +72,7 @@ def _answer(runtime: Runtime, request: SimilarRequest, text: tuple | None) -> Si
         if not request.plain:
             matches = runtime.recommender.answer(request, None if text is None else Probe(*text))
         elif text is None:
-            matches = runtime.search.by_id(request.id, request.k, request.conditions(), request.exclude_ids)
+            matches = runtime.search.by_id_here(request.id, request.k, request.conditions(), request.exclude_ids)
         else:
             vectors, terms = text
             matches = runtime.catalog.similar(vectors, request.k, request.conditions(), request.exclude_ids, terms)

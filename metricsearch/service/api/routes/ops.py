@@ -13,17 +13,17 @@ router = APIRouter(responses=ERRORS, tags=["ops"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """Liveness: the process answers."""
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers. On the event loop, so it needs no worker thread (all may wait on Qdrant)."""
     return {"status": "ok"}
 
 
 @router.get("/readyz")
 def readyz(runtime: RuntimeDep) -> dict[str, str | int]:
     """Readiness: the bundle is loaded and the store answers (each probe retries a store that was down)."""
-    if not runtime.store.healthy():
-        where = f"Qdrant at {runtime.settings.qdrant_url}" if runtime.settings.qdrant_url else "the embedded store"
-        raise StoreUnavailableError(f"{where} does not answer yet; the service log says why, and each probe retries")
+    problem = runtime.store.readiness()
+    if problem is not None:
+        raise StoreUnavailableError(f"not ready: {problem}; each probe retries")
     return {"status": "ready", "model": runtime.bundle.manifest.name, "items": runtime.store.count()}
 
 

@@ -44,7 +44,7 @@ async def similar(body: SimilarRequest, runtime: RuntimeDep) -> Response:
             [text] = await runtime.search.encode([TextQuery(body.text, body.title, body.description)])
         matches = await run_in_threadpool(runtime.recommender.answer, body, None if text is None else Probe(*text))
     elif body.id is not None:
-        matches = runtime.search.by_id(body.id, body.k, conditions, body.exclude_ids)
+        matches = await runtime.search.by_id(body.id, body.k, conditions, body.exclude_ids)
     else:
         check_text_limits(runtime, body.title, body.text or body.description, "query")
         query = TextQuery(body.text, body.title, body.description)
