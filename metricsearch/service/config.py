@@ -27,6 +27,12 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="key required on /index and DELETE; unset = writes open")
     read_api_key: SecretStr | None = Field(None, description="key required on reads; unset = reads open")
     keep_alive_s: int = Field(75, gt=0, description="idle keep-alive connections are closed after this (uvicorn)")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a request's headers must arrive within this; the connection is closed otherwise"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a request's body must arrive within this of its headers; the connection is closed"
+    )
     log_level: str = Field("info", description="log level of the JSON logs")
 
     # --- limits (docs/api.md: "Limits")

@@ -38,7 +38,9 @@ def parse_json(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         valid = len(body[: exc.start].decode("utf-8"))
         raise json.JSONDecodeError(
-            f"not valid UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start})", body.decode("utf-8", "replace"), valid
+            f"not valid UTF-8 (byte 0x{body[exc.start]:02x} at offset {exc.start})",
+            body.decode("utf-8", "replace"),
+            valid,
         ) from None
     try:
         return json.loads(text)
