@@ -107,8 +107,7 @@ def serve(
 
     import uvicorn
 
-    from metricsearch.service import build_runtime, configure_logging, create_app
-    from metricsearch.service.server import uvicorn_options
+    from metricsearch.service import build_runtime, configure_logging, create_app, uvicorn_options
 
     overrides = {"bundle_dir": bundle, "host": host, "port": port, "data_dir": data_dir, "workers": workers}
     settings = _settings(ctx, **overrides)

@@ -41,8 +41,8 @@ def seconds_until_closed(sock: socket.socket, started: float) -> float:
 
 
 def request(path: str, body: bytes = b"", method: str = "POST") -> bytes:
-    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    return head.encode() + body
+    head = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    return head.encode() + b"\r\n" + body
 
 
 def items(service) -> int:
