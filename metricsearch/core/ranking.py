@@ -3,7 +3,8 @@
 Ranks and positions are 1-based, higher scores are more similar, and ties are broken pessimistically: a relevant
 candidate tied with non-relevant ones is placed after all of them, so a model that scores everything alike earns
 the worst rank, not an average one. A NaN score (a scorer's failure, such as an empty text's zero vector) counts as
-the lowest possible, tied with -inf: it never ranks ahead of a finite score. Definitions: MPR, MRR and HR@k from metricbert.txt section 4.3 and
+the lowest possible, tied with -inf: it never ranks ahead of a finite score. Definitions: MPR, MRR and HR@k from
+metricbert.txt section 4.3 and
 recobert.txt section 5.2; Precision@k, Accuracy@k and NDCG@k from siamese-vs-triplet-sbert.txt section 3.
 """
 
