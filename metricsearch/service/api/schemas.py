@@ -77,6 +77,16 @@ def _one_of(what: str) -> WrapValidator:
     return WrapValidator(validate)
 
 
+def _json_integer(value: Any) -> Any:
+    """JSON Schema calls 10.0 and 1e1 integers; this API takes only what every client reads as one."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(
+            "must be a JSON integer such as 10: not a string, a boolean, or a number written with a fraction or an "
+            "exponent (10.0, 1e1)"
+        )
+    return value
+
+
 Text = Annotated[str, BeforeValidator(valid_unicode)]
 SafeInt = Annotated[StrictInt, Field(ge=-EXACT_INT, le=EXACT_INT)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
@@ -208,7 +218,9 @@ class SimilarRequest(_Body):
     text: Text | None = Field(None, min_length=1, description="a free-text query, compared with every field")
     title: Text | None = Field(None, min_length=1, description="a query item's title (with optional description)")
     description: Text | None = Field(None, description="the query item's description (only with title)")
-    k: StrictInt = Field(10, ge=1, le=MAX_K, description=f"results wanted, 1 to {MAX_K} (a JSON integer)")
+    k: Annotated[StrictInt, BeforeValidator(_json_integer)] = Field(
+        10, ge=1, le=MAX_K, description=f"results wanted, 1 to {MAX_K}: a JSON integer (not 10.0 or 1e1)"
+    )
     filter: dict[Text, FilterValue] | None = Field(
         None,
         max_length=MAX_FILTER_KEYS,
