@@ -110,20 +110,12 @@ def serve(
 
     import uvicorn
 
-    from metricsearch.service import build_runtime, configure_logging, create_app
+    from metricsearch.service import build_runtime, configure_logging, create_app, uvicorn_options
 
     overrides = {"bundle_dir": bundle, "host": host, "port": port, "data_dir": data_dir, "workers": workers}
     settings = _settings(ctx, **overrides)
     configure_logging(settings.log_level)
-    # uvloop and httptools are picked by uvicorn's "auto" (uvicorn[standard]); no access log on the hot path.
-    options = {
-        "host": settings.host,
-        "port": settings.port,
-        "log_config": None,
-        "access_log": False,
-        "timeout_graceful_shutdown": 10,
-        "timeout_keep_alive": settings.keep_alive_s,
-    }
+    options = uvicorn_options(settings)
     if settings.workers > 1:
         if not settings.qdrant_url:
             ctx.fail(

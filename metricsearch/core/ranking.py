@@ -2,7 +2,9 @@
 
 Ranks and positions are 1-based, higher scores are more similar, and ties are broken pessimistically: a relevant
 candidate tied with non-relevant ones is placed after all of them, so a model that scores everything alike earns
-the worst rank, not an average one. Definitions: MPR, MRR and HR@k from metricbert.txt section 4.3 and
+the worst rank, not an average one. A NaN score (a scorer's failure, such as an empty text's zero vector) counts as
+the lowest possible, tied with -inf: it never ranks ahead of a finite score. Definitions: MPR, MRR and HR@k from
+metricbert.txt section 4.3 and
 recobert.txt section 5.2; Precision@k, Accuracy@k and NDCG@k from siamese-vs-triplet-sbert.txt section 3.
 """
 
@@ -18,8 +20,9 @@ Per = Literal["query", "pair"]
 
 def relevant_positions(scores: np.ndarray, relevant: int | Sequence[int]) -> np.ndarray:
     """1-based positions of the relevant candidates in the pessimistic order (each after every non-relevant
-    candidate scoring at least as high), ascending."""
-    scores = np.asarray(scores, dtype=np.float64)
+    candidate scoring at least as high), ascending. NaN scores rank as -inf (np.sort would put them last, and read
+    descending that is first)."""
+    scores = np.nan_to_num(np.asarray(scores, dtype=np.float64), nan=-np.inf, posinf=np.inf, neginf=-np.inf)
     index = np.unique(np.atleast_1d(np.asarray(relevant, dtype=np.int64)))
     if index.size == 0:
         raise ValueError("no relevant candidate: each query needs at least one")

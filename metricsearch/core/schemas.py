@@ -6,7 +6,21 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
 
 from metricsearch.core.filters import AnyOf, Condition, Equals, Range
 
@@ -18,13 +32,97 @@ MAX_GROUP_KEYS = 8
 MAX_BOOSTS = 8
 MAX_BATCH_QUERIES = 100
 MAX_DELETE_IDS = 1000
-SafeInt = Annotated[StrictInt, Field(ge=-(2**53), le=2**53)]
-"""Integers exact in every JSON client (a double) and in the engine (64-bit): a larger one would fail in the engine
-(a 500) and, in the schema as a double, invite values just past any 64-bit bound."""
+MAX_FILTER_KEYS = 64
+"""As many keys as an item's metadata holds by default (MS_MAX_METADATA_KEYS): each filter key is one more condition
+every candidate is checked against."""
+MAX_IN_VALUES = 1000
+EXACT_INT = 2**53
+"""Integers up to this magnitude are exact in every JSON client (a double) and in the engine (64-bit)."""
+
+
+def valid_unicode(value: Any) -> Any:
+    """JSON may escape a lone surrogate (\\ud800), which no store, log or response can encode: refused here, naming
+    the field, rather than failing later as a 500. Runs before pydantic's own string checks, whose message for it
+    ("unable to parse raw data as a unicode string") does not say what to fix."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"not valid Unicode: a lone surrogate at character {exc.start} (escape surrogates only in pairs, "
+                "as in \\ud83d\\ude00, or send the UTF-8 character itself)"
+            ) from None
+    return value
+
+
+def _plain_json(value: Any) -> Any:
+    """The checks every metadata or filter value gets before its type union: valid Unicode, and integers exact in
+    JSON (a larger one would be rounded by JavaScript clients, and pydantic's number union takes it silently as a
+    float)."""
+    if isinstance(value, str):
+        valid_unicode(value)
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > EXACT_INT:
+        raise ValueError(f"an integer beyond ±2^53 ({EXACT_INT}) is not exact in JSON: send it as a string")
+    elif isinstance(value, list):
+        for n, element in enumerate(value):
+            try:
+                _plain_json(element)
+            except ValueError as exc:
+                raise ValueError(f"element {n}: {exc}") from None
+    return value
+
+
+def _one_of(what: str) -> WrapValidator:
+    """One error naming what the field takes, instead of pydantic's one error per member of the type union."""
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        _plain_json(value)
+        try:
+            return handler(value)
+        except ValidationError:
+            raise ValueError(f"must be {what}") from None
+
+    return WrapValidator(validate)
+
+
+def _json_integer(value: Any) -> Any:
+    """JSON Schema calls 10.0 and 1e1 integers; this API takes only what every client reads as one."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(
+            "must be a JSON integer such as 10: not a string, a boolean, or a number written with a fraction or an "
+            "exponent (10.0, 1e1)"
+        )
+    return value
+
+
+Text = Annotated[str, BeforeValidator(valid_unicode)]
+SafeInt = Annotated[StrictInt, Field(ge=-EXACT_INT, le=EXACT_INT)]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=True)]
 # Order matters: bool before int (JSON true is not 1), int before float.
-MetadataValue = StrictBool | SafeInt | FiniteFloat | StrictStr | list[StrictStr]
-ItemId = Annotated[str, Field(min_length=1, max_length=256, description="your id of the item (any string)")]
+MetadataValue = Annotated[
+    StrictBool | SafeInt | FiniteFloat | StrictStr | list[StrictStr],
+    _one_of("a string, a finite number, a boolean or a list of strings"),
+]
+StoredValue = StrictBool | StrictInt | float | StrictStr | list[StrictStr]
+"""A metadata value as the store holds it: what responses show (checked on the way in, not again on the way out)."""
+
+
+def _addressable(item_id: str) -> str:
+    """`GET/DELETE /items/{id}` take any id percent-encoded (a '/' included), but HTTP clients remove '.' and '..'
+    path segments before sending, so such an id could be written and never read or deleted again."""
+    if any(segment in (".", "..") for segment in item_id.split("/")):
+        raise ValueError(
+            "an id whose '/'-separated parts include '.' or '..' cannot be addressed in a URL (clients drop such "
+            "path segments): rename it"
+        )
+    return item_id
+
+
+ItemId = Annotated[
+    Text,
+    Field(min_length=1, max_length=256, description="your id of the item (any string but '.'/'..' path segments)"),
+    AfterValidator(_addressable),
+]
 MetadataKey = Annotated[
     str, Field(pattern=r"^[A-Za-z0-9_-]+$", max_length=256, description="a metadata key: letters, digits, _ and -")
 ]
@@ -36,9 +134,9 @@ class _Body(BaseModel):
 
 class ItemIn(_Body):
     id: ItemId
-    title: str = Field(min_length=1, description="required, not blank", json_schema_extra={"pattern": r"\S"})
-    description: str = Field("", description="may be empty: the item then compares on its title")
-    metadata: dict[str, MetadataValue] = Field(default_factory=dict, description="filterable attributes")
+    title: Text = Field(min_length=1, description="required, not blank", json_schema_extra={"pattern": r"\S"})
+    description: Text = Field("", description="may be empty: the item then compares on its title")
+    metadata: dict[Text, MetadataValue] = Field(default_factory=dict, description="filterable attributes")
 
     @field_validator("title")
     @classmethod
@@ -58,7 +156,9 @@ class IndexResponse(BaseModel):
 
 
 class InFilter(_Body):
-    in_: list[StrictStr | SafeInt] = Field(alias="in", min_length=1)
+    in_: list[Annotated[StrictStr | SafeInt, _one_of("a string or an integer")]] = Field(
+        alias="in", min_length=1, max_length=MAX_IN_VALUES
+    )
 
     @field_validator("in_", mode="before")
     @classmethod
@@ -76,8 +176,8 @@ class RangeFilter(_Body):
         json_schema_extra={"anyOf": [{"required": [b], "properties": {b: {"type": "number"}}} for b in ("gte", "lte")]},
     )
 
-    gte: FiniteFloat | SafeInt | None = None
-    lte: FiniteFloat | SafeInt | None = None
+    gte: Annotated[SafeInt | FiniteFloat | None, _one_of("a finite number")] = None
+    lte: Annotated[SafeInt | FiniteFloat | None, _one_of("a finite number")] = None
 
     @model_validator(mode="after")
     def _some_bound(self) -> RangeFilter:
@@ -86,7 +186,27 @@ class RangeFilter(_Body):
         return self
 
 
-FilterValue = StrictBool | SafeInt | FiniteFloat | StrictStr | InFilter | RangeFilter
+def _filter_value(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """An object is an `in` or a range filter, validated as that one (its errors name its own fields); anything else
+    is a value to compare with."""
+    if isinstance(value, dict):
+        return (InFilter if "in" in value else RangeFilter).model_validate(value)
+    _plain_json(value)
+    try:
+        return handler(value)
+    except ValidationError:
+        raise ValueError(
+            'must be a string, a finite number, a boolean, {"in": [...]} or {"gte": .., "lte": ..}'
+        ) from None
+
+
+FilterValue = Annotated[
+    StrictBool | SafeInt | FiniteFloat | StrictStr | InFilter | RangeFilter, WrapValidator(_filter_value)
+]
+FILTER_DESCRIPTION = (
+    'metadata equality, {"in": [...]} or {"gte": .., "lte": ..} per key; all must hold. Numbers compare by value '
+    f"(2 equals 2.0; true is not 1). At most {MAX_FILTER_KEYS} keys and {MAX_IN_VALUES} `in` values per key"
+)
 
 
 def _one_query_schema(schema: dict) -> None:
@@ -150,13 +270,16 @@ class SimilarRequest(_Body):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_one_query_schema)
 
     id: ItemId | None = Field(None, description="item-to-item: a stored item's id (the item is excluded)")
-    text: str | None = Field(None, min_length=1, description="a free-text query, compared with every field")
-    title: str | None = Field(None, min_length=1, description="a query item's title (with optional description)")
-    description: str | None = Field(None, description="the query item's description (only with title)")
-    k: int = Field(10, ge=1, le=MAX_K, description=f"results wanted, 1 to {MAX_K}")
-    filter: dict[str, FilterValue] | None = Field(
+    text: Text | None = Field(None, min_length=1, description="a free-text query, compared with every field")
+    title: Text | None = Field(None, min_length=1, description="a query item's title (with optional description)")
+    description: Text | None = Field(None, description="the query item's description (only with title)")
+    k: Annotated[StrictInt, BeforeValidator(_json_integer)] = Field(
+        10, ge=1, le=MAX_K, description=f"results wanted, 1 to {MAX_K}: a JSON integer (not 10.0 or 1e1)"
+    )
+    filter: dict[Text, FilterValue] | None = Field(
         None,
-        description='metadata equality, {"in": [...]} or {"gte": .., "lte": ..} per key; all must hold',
+        max_length=MAX_FILTER_KEYS,
+        description=FILTER_DESCRIPTION,
         json_schema_extra={"propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"}},  # the keys a filter can address
     )
     exclude_ids: list[ItemId] = Field(default_factory=list, max_length=1000)
@@ -252,7 +375,7 @@ class SimilarResult(BaseModel):
         "catalog's item pairs, 0 for an average pair, unbounded"
     )
     title: str
-    metadata: dict[str, MetadataValue]
+    metadata: dict[str, StoredValue]
     scores: FieldScores = Field(description="each component of the score, as it is before normalisation")
 
 
@@ -266,7 +389,7 @@ class ItemOut(BaseModel):
     id: str
     title: str
     description: str
-    metadata: dict[str, MetadataValue]
+    metadata: dict[str, StoredValue]
 
 
 class ProblemDetail(BaseModel):
@@ -309,9 +432,10 @@ class DeleteRequest(_Body):
     )
 
     ids: list[ItemId] | None = Field(None, min_length=1, max_length=MAX_DELETE_IDS, description="items to delete")
-    filter: dict[str, FilterValue] | None = Field(
+    filter: dict[Text, FilterValue] | None = Field(
         None,
         min_length=1,
+        max_length=MAX_FILTER_KEYS,
         description="delete every item it matches (the /similar filter syntax; at least one key)",
         json_schema_extra={"propertyNames": {"pattern": "^[A-Za-z0-9_-]+$"}},
     )
@@ -338,6 +462,10 @@ def conditions_of(filter_: dict[str, FilterValue] | None) -> list[Condition]:
             result.append(AnyOf(key, tuple(value.in_)))
         elif isinstance(value, RangeFilter):
             result.append(Range(key, value.gte, value.lte))
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            # One rule for numbers: by value, as a range matches them (the engine's integer match would miss a
+            # stored 2.0, its float match a stored 2).
+            result.append(Range(key, value, value))
         else:
             result.append(Equals(key, value))
     return result

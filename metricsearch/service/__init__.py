@@ -7,6 +7,7 @@ from metricsearch.service.config import Settings
 from metricsearch.service.logs import configure_logging
 from metricsearch.service.process import ServiceProcess, free_port
 from metricsearch.service.runtime import Runtime, build_runtime
+from metricsearch.service.server import uvicorn_options
 from metricsearch.service.snapshot import create as create_snapshot
 from metricsearch.service.snapshot import restore as restore_snapshot
 from metricsearch.service.store import EdgeStore, RemoteStore, Store, open_store
@@ -34,5 +35,6 @@ __all__ = [
     "free_port",
     "open_store",
     "restore_snapshot",
+    "uvicorn_options",
     "vector_schema",
 ]

@@ -24,6 +24,7 @@ from metricsearch.core.records import Item, Match, point_id
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
 from metricsearch.service.store.base import Condition, SearchResult, Store, StoredItem, VectorSchema
+from metricsearch.service.store.payload import same_metadata
 
 ANN_VECTOR = "ann"
 FACTORS_VECTOR = "factors"
@@ -94,7 +95,7 @@ class Catalog:
             digest = content_hash(item.title, item.description)
             if old is None or old.content_hash != digest:
                 to_encode.append(item)
-            elif old.metadata != (item.metadata or {}):
+            elif not same_metadata(old.metadata, item.metadata or {}):
                 metadata_only.append(item)
             else:
                 unchanged += 1

@@ -36,11 +36,20 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(None, description="key required on /index and DELETE; unset = writes open")
     read_api_key: SecretStr | None = Field(None, description="key required on reads; unset = reads open")
     keep_alive_s: int = Field(75, gt=0, description="idle keep-alive connections are closed after this (uvicorn)")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a request's headers must arrive within this; the connection is closed otherwise"
+    )
+    body_timeout_s: float = Field(
+        30.0, gt=0, description="a request's body must arrive within this of its headers; the connection is closed"
+    )
     log_level: str = Field("info", description="log level of the JSON logs")
 
     # --- limits (docs/api.md: "Limits")
     max_body_bytes: int = Field(
         32 * 1024 * 1024, gt=0, description="bytes in one request body (413 beyond, before parsing)"
+    )
+    max_query_body_bytes: int = Field(
+        1024 * 1024, gt=0, description="bytes in one /similar request body (413 beyond, before parsing)"
     )
     max_batch_items: int = Field(1000, gt=0, description="items in one /index request (413 beyond)")
     max_title_chars: int = Field(1000, gt=0, description="characters in a title (413 beyond)")

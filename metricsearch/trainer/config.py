@@ -115,17 +115,19 @@ class TrainConfig(BaseModel):
         return self
 
     def _margin(self) -> float | None:
-        """The margin of the chosen loss: MetricBERT's paper gives none, so 0.1 on the [0, 1] angular scale
-        (about 18 degrees); contrastive pushes negatives to orthogonal (angular 0.5, cosine distance 1), as the
-        paper's m_neg = 0; SBERT triplets use 1 for euclidean (Reimers & Gurevych) and 0.5 for cosine distance
-        (sentence-transformers' default of 5 can never be met by unit vectors, whose distances are at most 2)."""
+        """The margin of the chosen loss: MetricBERT's paper gives none for its triplet loss, so 0.1 on the [0, 1]
+        angular scale (about 18 degrees); its contrastive and cosine ablations have fixed margins (PAIR_MARGINS);
+        SBERT triplets use 1 for euclidean (Reimers & Gurevych) and 0.5 for cosine distance (sentence-transformers'
+        default of 5 can never be met by unit vectors, whose distances are at most 2)."""
         if self.objective == "metricbert":
-            if self.loss == "cosine":
+            if self.loss != "triplet":
                 if self.margin is not None:
-                    raise ValueError("--loss cosine regresses cosines to 1 and 0 and takes no --margin")
+                    raise ValueError(
+                        f"--loss {self.loss} uses the paper's margins on cosine similarity (m_pos = 1, m_neg = "
+                        f"{0 if self.loss == 'contrastive' else -1}) and takes no --margin"
+                    )
                 return None
-            default = {"triplet": 0.1, "contrastive": 0.5 if self.distance == "angular" else 1.0}[self.loss]
-            return self.margin or default
+            return self.margin or 0.1
         if self.objective == "sbert-triplet":
             return self.margin or (1.0 if self.triplet_distance == "euclidean" else 0.5)
         if self.margin is not None:

@@ -1,5 +1,6 @@
 """Distances and losses on batches of embeddings (batch-first, differentiable): MetricBERT's angular triplet loss
-with in-batch hard negatives, contrastive and cosine baselines, and RecoBERT's title-description matching.
+with in-batch hard negatives, the contrastive and cosine pair losses of its ablation, and RecoBERT's
+title-description matching.
 
 Distances are computed in float32 (or wider) with autocast off: in bfloat16, 1 - 1e-6 rounds to 1, so the
 clamp that keeps arccos' gradient finite would do nothing, and cosines of near neighbours would all read 1.
@@ -90,18 +91,16 @@ def triplet_loss(d_pos: Tensor, d_neg: Tensor, margin: float) -> Tensor:
     return F.relu(margin + d_pos - d_neg).mean()
 
 
-def contrastive_loss(d_pos: Tensor, d_neg: Tensor, margin: float) -> Tensor:
-    """Hadsell et al.: mean(d_pos^2 + max(0, margin - d_neg)^2); pulls positives together, pushes negatives out
-    to the margin."""
-    return (d_pos.pow(2) + F.relu(margin - d_neg).pow(2)).mean()
+PAIR_MARGINS = {"contrastive": (1.0, 0.0), "cosine": (1.0, -1.0)}
+"""(m_pos, m_neg) of MetricBERT's Table 2 pair losses (metricbert.txt section 4.5): (ii) contrastive, (iii) cosine."""
 
 
-def cosine_similarity_loss(cos_pos: Tensor, cos_neg: Tensor) -> Tensor:
-    """MSE of the cosines against 1 for positives and 0 for negatives, over all pairs (MetricBERT's "cosine"
-    ablation)."""
-    predicted = torch.cat([cos_pos, cos_neg])
-    target = torch.cat([torch.ones_like(cos_pos), torch.zeros_like(cos_neg)])
-    return F.mse_loss(predicted, target)
+def cosine_hinge_loss(cos_pos: Tensor, cos_neg: Tensor, margin_pos: float, margin_neg: float) -> Tensor:
+    """MetricBERT's ablation losses on pairs: mean([m_pos - s_p]_+ + [s_n - m_neg]_+) over cosine similarities s_p
+    (anchor-positive) and s_n (anchor-negative). Unlike the triplet loss, it pulls every positive towards cosine
+    m_pos however far its negative is. With m_neg = 0 a negative is pushed until orthogonal; with m_neg = -1 always,
+    so the two variants take the same gradient steps while no negative has a negative cosine (the paper's note)."""
+    return (F.relu(margin_pos - cos_pos) + F.relu(cos_neg - margin_neg)).mean()
 
 
 def tdm_probability(title: Tensor, description: Tensor) -> Tensor:

@@ -186,11 +186,10 @@ class MetricBERT(_TitleDescriptionObjective):
         d_pos, d_neg = distances[rows, rows], distances[rows, negatives]
         if self.loss_name == "triplet":
             similarity = losses.triplet_loss(d_pos, d_neg, self.margin)
-        elif self.loss_name == "contrastive":
-            similarity = losses.contrastive_loss(d_pos, d_neg, self.margin)
-        else:
+        else:  # the paper's pair losses compare cosine similarities, whatever distance picked the negatives
             cosines = 1.0 - losses.pairwise_cosine_distance(anchors, positives)
-            similarity = losses.cosine_similarity_loss(cosines[rows, rows], cosines[rows, negatives])
+            margin_pos, margin_neg = losses.PAIR_MARGINS[self.loss_name]
+            similarity = losses.cosine_hinge_loss(cosines[rows, rows], cosines[rows, negatives], margin_pos, margin_neg)
         return _combine(self.loss_name, similarity, self.similarity_weight, mlm_loss, self.mlm_weight)
 
 

@@ -35,6 +35,15 @@ def test_pessimistic_rank_puts_ties_first():
     assert pessimistic_rank(SCORES, [2, 3]) == 2  # the other relevant item is not counted against it
 
 
+def test_nan_never_ranks_ahead_of_a_finite_score():
+    scores = np.array([np.nan, 0.5, 0.9, -np.inf])
+    assert pessimistic_rank(scores, 0) == 4  # after the finite scores, and tied with -inf: after it too
+    assert pessimistic_rank(scores, 1) == 2  # the NaN candidate is not counted ahead of it
+    assert pessimistic_rank(np.array([0.1, np.nan, 0.9]), 0) == 2
+    assert pessimistic_rank(np.array([np.nan, np.nan, 0.9]), 0) == 3
+    assert relevant_positions(np.array([np.nan, 0.2, np.nan]), [0, 1]).tolist() == [1, 3]
+
+
 def test_positions_of_several_relevant_items():
     # order, ties pessimistic: 0 (0.9), 3 (0.7, non-relevant first), 2 (0.7), 1 (0.5), 4 (0.1)
     assert relevant_positions(SCORES, [2, 4]).tolist() == [3, 5]

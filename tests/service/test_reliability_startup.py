@@ -3,6 +3,7 @@ fix, never a traceback and never a hang."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -14,8 +15,19 @@ import pytest
 
 from metricsearch.service.process import ServiceProcess, free_port
 
+PR_CAPBSET_DROP, CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH = 24, 1, 2  # <linux/prctl.h>, <linux/capability.h>
 
-def serve(bundle: Path, data_dir: Path, timeout_s: float = 60) -> subprocess.CompletedProcess:
+
+def held_to_file_permissions() -> None:
+    """Run in the child before exec: root without CAP_DAC_OVERRIDE (dropped from the bounding set, so the exec'd
+    process never gains it) is held to file permissions like any other user. CI runs the tests as root."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for capability in (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH):
+        if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
+
+
+def serve(bundle: Path, data_dir: Path, timeout_s: float = 60, as_user: bool = False) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
         "MS_BUNDLE_DIR": str(bundle),
@@ -25,7 +37,12 @@ def serve(bundle: Path, data_dir: Path, timeout_s: float = 60) -> subprocess.Com
     }
     # A hang would raise TimeoutExpired here and fail the test.
     return subprocess.run(
-        [sys.executable, "-m", "metricsearch.cli", "serve"], env=env, capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-m", "metricsearch.cli", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        preexec_fn=held_to_file_permissions if as_user and os.geteuid() == 0 else None,
     )
 
 
@@ -69,16 +86,26 @@ def test_data_dir_that_cannot_be_written(tiny_bundle, tmp_path):
     assert_refused(serve(tiny_bundle, blocker / "data"), "MS_DATA_DIR", "cannot use")
 
 
+@pytest.mark.parametrize("where", ["data-dir", "store-folder"])
+def test_a_file_where_a_folder_must_be(tiny_bundle, tmp_path, where):
+    data = tmp_path / "data"
+    if where == "data-dir":
+        data.write_text("not a folder")
+    else:
+        data.mkdir()
+        (data / "items").write_text("not a folder")
+    assert_refused(serve(tiny_bundle, data), "MS_DATA_DIR")
+
+
 def test_read_only_data_dir(tiny_bundle, tmp_path):
-    if os.geteuid() == 0:
-        pytest.skip("root writes through file permissions")
     data = tmp_path / "ro"
     data.mkdir()
     data.chmod(0o500)
     try:
-        assert_refused(serve(tiny_bundle, data), "MS_DATA_DIR")
+        assert_refused(serve(tiny_bundle, data, as_user=True), "MS_DATA_DIR")
     finally:
         data.chmod(0o700)
+    assert not any(data.iterdir())
 
 
 def test_damaged_store_record(tiny_bundle, tmp_path):

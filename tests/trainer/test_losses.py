@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from metricsearch.core.errors import TrainerError
 from metricsearch.trainer.losses import (
+    PAIR_MARGINS,
     angular_distance,
-    contrastive_loss,
     cosine_distance,
-    cosine_similarity_loss,
+    cosine_hinge_loss,
     hardest_negatives,
     pairwise_angular_distance,
     pairwise_cosine_distance,
@@ -133,16 +133,26 @@ def test_triplet_loss_by_hand():
     assert triplet_loss(d_pos, d_neg, 0.2).item() == pytest.approx(0.4 / 3)
 
 
-def test_contrastive_loss_by_hand():
-    d_pos, d_neg = torch.tensor([0.1, 0.5]), torch.tensor([0.4, 1.5])
-    # margin 1: (0.01 + 0.36 + 0.25 + 0) / 2
-    assert contrastive_loss(d_pos, d_neg, 1.0).item() == pytest.approx(0.31)
-
-
-def test_cosine_similarity_loss_by_hand():
+def test_the_papers_pair_losses_by_hand():
     cos_pos, cos_neg = torch.tensor([0.9, 0.5]), torch.tensor([0.2, -0.4])
-    # ((0.1)^2 + (0.5)^2 + 0.2^2 + 0.4^2) / 4
-    assert cosine_similarity_loss(cos_pos, cos_neg).item() == pytest.approx(0.115)
+    # contrastive (1, 0): ((0.1 + 0.2) + (0.5 + 0)) / 2; cosine (1, -1): ((0.1 + 1.2) + (0.5 + 0.6)) / 2
+    assert cosine_hinge_loss(cos_pos, cos_neg, *PAIR_MARGINS["contrastive"]).item() == pytest.approx(0.4)
+    assert cosine_hinge_loss(cos_pos, cos_neg, *PAIR_MARGINS["cosine"]).item() == pytest.approx(1.2)
+    assert cosine_hinge_loss(torch.ones(2), -torch.ones(2), 1.0, -1.0).item() == 0.0  # both margins met
+
+
+def test_contrastive_and_cosine_take_the_same_steps_while_no_negative_cosine_is_negative():
+    """The paper's note on Table 2 ((ii) and (iii) gave identical results): the gradients agree while every s_n > 0,
+    and differ once one is negative (only the cosine variant pushes it further)."""
+
+    def gradients(cos_neg: list[float], loss: str) -> tuple[torch.Tensor, torch.Tensor]:
+        pos, neg = torch.tensor([0.3, 0.8], requires_grad=True), torch.tensor(cos_neg, requires_grad=True)
+        cosine_hinge_loss(pos, neg, *PAIR_MARGINS[loss]).backward()
+        return pos.grad, neg.grad
+
+    for a, b in zip(gradients([0.1, 0.6], "contrastive"), gradients([0.1, 0.6], "cosine"), strict=True):
+        assert torch.equal(a, b)
+    assert not torch.equal(gradients([-0.2, 0.6], "contrastive")[1], gradients([-0.2, 0.6], "cosine")[1])
 
 
 def test_tdm_loss_is_the_bce_of_the_cosine_head():

@@ -46,7 +46,11 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.include_router(router)
     errors.install(app)
     app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=runtime.settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_bytes=runtime.settings.max_body_bytes,
+        max_query_bytes=runtime.settings.max_query_body_bytes,
+    )
     if runtime.settings.cors_origins:
         # Closed unless origins are listed: a browser page elsewhere may then call the API, never with cookies.
         app.add_middleware(

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import compile_path
 
 from metricsearch.core import errors
+from metricsearch.service.api.body import CONTENT_TYPE_ERROR
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ def status_of(exc: errors.MetricSearchError) -> int:
 
 
 def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    # A detail may quote what the client sent (a metadata key in an error's location): never let a lone surrogate
+    # in it turn the answer into an encoding error.
+    detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
     return JSONResponse({"detail": detail}, status_code=status, headers=headers)
 
 
@@ -41,12 +45,35 @@ def _location(loc: tuple) -> str:
     return ".".join(str(part) for part in loc if part != "body") or "body"
 
 
+SEND_JSON = "send a JSON object with Content-Type: application/json"
+
+
+def _parse_error(problem: dict, body: object) -> str:
+    """Invalid JSON: what the parser found and where (line, column and character offset)."""
+    reason = (problem.get("ctx") or {}).get("error", "invalid JSON")
+    position = next((part for part in problem.get("loc", ())[1:] if isinstance(part, int)), None)
+    where = ""
+    if position is not None:
+        where = f" at character {position}"
+        if isinstance(body, str):
+            line = body.count("\n", 0, position) + 1
+            column = position - body.rfind("\n", 0, position)
+            where = f" at line {line}, column {column} (character {position})"
+    what = reason if reason.startswith("not valid") else f"not valid JSON: {reason}"
+    return f"request body is {what}{where}: {SEND_JSON}"
+
+
 def describe_validation(exc: RequestValidationError) -> tuple[int, str]:
     problems = exc.errors()
-    if any(p.get("type") == "json_invalid" for p in problems):
-        return 400, "request body is not valid JSON: send a JSON object with Content-Type: application/json"
+    content_type = next((p for p in problems if p.get("type") == CONTENT_TYPE_ERROR), None)
+    if content_type is not None:
+        given = f"got {content_type['input']!r}" if content_type.get("input") else "none was given"
+        return 415, f"the body must be JSON: send Content-Type: application/json ({given})"
+    invalid = next((p for p in problems if p.get("type") == "json_invalid"), None)
+    if invalid is not None:
+        return 400, _parse_error(invalid, exc.body)
     if any(p.get("type") == "missing" and tuple(p.get("loc", ())) == ("body",) for p in problems):
-        return 400, "request body is empty: send a JSON object with Content-Type: application/json"
+        return 400, f"request body is empty: {SEND_JSON}"
     parts = []
     for p in problems[:10]:
         message = p.get("msg", "invalid").removeprefix("Value error, ")

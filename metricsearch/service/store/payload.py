@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+import orjson
 
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError
 from metricsearch.service.store.base import Listing, SearchResult, StoredItem, VectorSchema
@@ -26,6 +27,12 @@ class Hit(Protocol):
 
     @property
     def vector(self) -> Any: ...
+
+
+def same_metadata(stored: Mapping[str, Any], given: Mapping[str, Any]) -> bool:
+    """Equal as JSON, types included: 1 and true, 2 and 2.0 differ (Python's == says they are equal, and an update
+    that only changed a type was answered `unchanged` and kept the old value). Key order does not matter."""
+    return orjson.dumps(stored, option=orjson.OPT_SORT_KEYS) == orjson.dumps(given, option=orjson.OPT_SORT_KEYS)
 
 
 def to_payload(item: StoredItem) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from metricsearch.core.schemas import (
     SimilarResponse,
     SimilarResult,
 )
+from metricsearch.service.api.body import JSONRoute
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.errors import describe_validation, status_of
 from metricsearch.service.api.routes.common import ERRORS, ReadKey, check_text_limits
@@ -29,7 +30,7 @@ from metricsearch.service.recommend import Probe
 from metricsearch.service.runtime import Runtime
 from metricsearch.service.search import TextQuery
 
-router = APIRouter(responses=ERRORS, tags=["search"])
+router = APIRouter(responses=ERRORS, route_class=JSONRoute, tags=["search"])
 QUERY_FAULTS = (InvalidInputError, NotFoundError, PayloadTooLargeError)
 """A query's own mistakes, answered in its place; anything else (overload, store down) fails the whole batch with
 its status and Retry-After, since every query would meet it."""

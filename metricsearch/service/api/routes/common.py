@@ -9,7 +9,7 @@ from metricsearch.core.schemas import ProblemDetail
 from metricsearch.service.api.deps import require_read_key, require_write_key
 from metricsearch.service.runtime import Runtime
 
-ERRORS = {code: {"model": ProblemDetail} for code in (400, 401, 403, 413, 422, 429, 503)}
+ERRORS = {code: {"model": ProblemDetail} for code in (400, 401, 403, 413, 415, 422, 429, 503)}
 NOT_FOUND = {404: {"model": ProblemDetail}}
 ReadKey = Depends(require_read_key)
 WriteKey = Depends(require_write_key)

@@ -1,4 +1,5 @@
-"""Items: upsert (POST /index), read and delete one (GET/DELETE /items/{id}), delete many (POST /items/delete)."""
+"""Items: upsert (POST /index), read and delete one (GET/DELETE /items/{id}: the id percent-encoded, and a `/` in
+it may stay as it is, so any id /index accepts can be read and deleted), delete many (POST /items/delete)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from fastapi.concurrency import run_in_threadpool
 from metricsearch.core.errors import PayloadTooLargeError
 from metricsearch.core.records import Item
 from metricsearch.core.schemas import DeleteRequest, DeleteResponse, IndexRequest, IndexResponse, ItemOut
+from metricsearch.service.api.body import JSONRoute
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS, NOT_FOUND, ReadKey, WriteKey, check_text_limits
 
-router = APIRouter(responses=ERRORS, tags=["items"])
+router = APIRouter(responses=ERRORS, route_class=JSONRoute, tags=["items"])
 
 
 @router.post("/index", response_model=IndexResponse, dependencies=[WriteKey])
@@ -42,13 +44,13 @@ async def index_items(body: IndexRequest, runtime: RuntimeDep) -> IndexResponse:
     return IndexResponse(indexed=result.indexed, unchanged=result.unchanged)
 
 
-@router.get("/items/{item_id}", response_model=ItemOut, dependencies=[ReadKey], responses=NOT_FOUND)
+@router.get("/items/{item_id:path}", response_model=ItemOut, dependencies=[ReadKey], responses=NOT_FOUND)
 def get_item(item_id: str, runtime: RuntimeDep) -> ItemOut:
     item = runtime.catalog.get(item_id)
     return ItemOut(id=item.id, title=item.title, description=item.description, metadata=item.metadata)
 
 
-@router.delete("/items/{item_id}", status_code=204, dependencies=[WriteKey], responses=NOT_FOUND)
+@router.delete("/items/{item_id:path}", status_code=204, dependencies=[WriteKey], responses=NOT_FOUND)
 def delete_item(item_id: str, runtime: RuntimeDep) -> Response:
     runtime.catalog.delete(item_id)
     return Response(status_code=204)

@@ -11,12 +11,13 @@ from pydantic import TypeAdapter
 
 from metricsearch.core.records import Match
 from metricsearch.core.schemas import FieldScores, SimilarRequest, SimilarResponse, SimilarResult
+from metricsearch.service.api.body import JSONRoute
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS, NOT_FOUND, ReadKey, check_text_limits
 from metricsearch.service.recommend import Probe
 from metricsearch.service.search import TextQuery
 
-router = APIRouter(responses=ERRORS, tags=["search"])
+router = APIRouter(responses=ERRORS, route_class=JSONRoute, tags=["search"])
 _RESULTS = TypeAdapter(list[SimilarResult])
 
 
