@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -128,20 +129,27 @@ MetadataKey = Annotated[
 ]
 
 
+TEXT_PATTERN = r"[^\s\x1c-\x1f\x85]"
+"""A title's OpenAPI pattern: a character that is whitespace neither to ECMAScript's \\s (which clients and fuzzers
+apply) nor to Python's str.isspace (which the catalog applies: it adds \\x1c-\\x1f and \\x85)."""
+_NOT_BLANK = re.compile("[^\t\n\v\f\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff\x1c-\x1f\x85]")
+"""TEXT_PATTERN spelled out for Python, whose own \\s differs from ECMAScript's."""
+
+
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class ItemIn(_Body):
     id: ItemId
-    title: Text = Field(min_length=1, description="required, not blank", json_schema_extra={"pattern": r"\S"})
+    title: Text = Field(min_length=1, description="required, not blank", json_schema_extra={"pattern": TEXT_PATTERN})
     description: Text = Field("", description="may be empty: the item then compares on its title")
     metadata: dict[Text, MetadataValue] = Field(default_factory=dict, description="filterable attributes")
 
     @field_validator("title")
     @classmethod
     def _title_not_blank(cls, title: str) -> str:
-        if not title.strip():
+        if not _NOT_BLANK.search(title):
             raise ValueError("title must contain text, not only whitespace")
         return title
 

@@ -305,3 +305,14 @@ def test_ids_that_no_url_can_address_are_refused(client, item_id):
     response = client.post("/index", json={"items": [{"id": item_id, "title": "t"}]})
     assert_refused(client, response, 422, "items.0.id", "cannot be addressed")
     assert count(client) == before
+
+
+def test_a_title_is_blank_exactly_when_the_openapi_pattern_says_so(client):
+    """The schema's pattern is read with ECMAScript's \\s by clients and fuzzers and the catalog blanks fields with
+    Python's str.isspace: a title is refused when either calls it blank (\\x1d, \\ufeff) and taken otherwise."""
+    before = count(client)
+    for blank in ("\x1d", "\u3000\ufeff ", "\x85\x1c"):
+        assert_refused(client, client.post("/index", json={"items": [{"id": "ws", "title": blank}]}), 422, "title")
+    assert count(client) == before
+    accepted = client.post("/index", json={"items": [{"id": "gs", "title": "a\x1d"}]})
+    assert accepted.status_code == 200, accepted.text
