@@ -270,12 +270,15 @@ class EdgeStore:
             if not found:
                 return 0
             written = self._apply(
-                UpdateOperation.delete_points(found),
-                len(found),
-                lambda: (self._mirror.remove(found), self._terms.remove(found)),
+                UpdateOperation.delete_points(found), len(found), functools.partial(self._forget, found)
             )
         self._sync(written)
         return len(found)
+
+    def _forget(self, points: list[str]) -> None:
+        """Deleted points leave both in-RAM copies (vectors and terms) with the write that deletes them."""
+        self._mirror.remove(points)
+        self._terms.remove(points)
 
     def delete_where(self, conditions: Sequence[Condition]) -> int:
         where = _filter(conditions, ())
@@ -292,7 +295,7 @@ class EdgeStore:
                 if not found:
                     break
                 written = self._apply(
-                    UpdateOperation.delete_points(found), len(found), functools.partial(self._mirror.remove, found)
+                    UpdateOperation.delete_points(found), len(found), functools.partial(self._forget, found)
                 )
                 deleted += len(found)
         if written:

@@ -123,3 +123,16 @@ def test_scores_follow_replacements_deletions_and_a_reopen(tmp_path):
     got = reopened.lexical_scores({"lex_title": term_vector("sony turntable")}, points)["lex_title"]
     np.testing.assert_allclose(got, expected("sony turntable"), rtol=1e-4, atol=1e-5)
     reopened.close()
+
+
+def test_a_delete_by_filter_leaves_the_term_frequencies_of_what_is_left(tmp_path):
+    store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
+    store.upsert(items(np.random.default_rng(2)))
+    assert store.delete_where([Equals("shop", "a")]) == 4  # the odd-numbered titles
+    left = {f"i{n}": title for n, title in enumerate(TITLES) if n % 2 == 0}
+    frequencies, documents = document_frequencies(term_vector(t) for t in left.values())
+    query = term_vector("sony turntable shirt")
+    got = store.lexical_scores({"lex_title": query}, [point_id(i) for i in left])["lex_title"]
+    expected = lexical_scores(query, [term_vector(t) for t in left.values()], frequencies, documents)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+    store.close()
