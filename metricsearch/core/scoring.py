@@ -99,7 +99,9 @@ def recobert_score(
     return zscore(parts) @ np.asarray(lambdas, dtype=np.float64)
 
 
-def top_k(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the k best scores, best first; ties keep the input (ANN) order."""
-    order = np.argsort(-scores, kind="stable")
-    return order[:k]
+def top_k(scores: np.ndarray, k: int, ids: Sequence[str] | None = None) -> np.ndarray:
+    """Indices of the k best scores, best first; ties in `ids` order when given (an answer that does not depend on
+    the order the store returned candidates in, which a restored or rebuilt index changes), else in input order."""
+    if ids is None:
+        return np.argsort(-scores, kind="stable")[:k]
+    return np.lexsort((np.asarray(ids), -scores))[:k]

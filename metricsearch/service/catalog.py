@@ -316,7 +316,7 @@ class Catalog:
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
         # the text it replaced (a second read of the payloads would allow that).
         matches = []
-        for i in scoring.top_k(ranked.scores, k):
+        for i in scoring.top_k(ranked.scores, k, found.ids):
             listing = found.listings[i]
             field_scores = {name: _finite(values[i]) for name, values in ranked.components.items()}
             matches.append(Match(listing.id, float(ranked.scores[i]), listing.title, listing.metadata, field_scores))

@@ -108,3 +108,12 @@ def test_recobert_fusion_equals_brute_force(seed, n, missing):
     units, recovered = scoring.unpack(scoring.pack(fields, [1.0, 1.0]), 2)
     got = scoring.recobert_score(scoring.normalize_rows(query), query_present, units, recovered, lambdas)
     assert np.allclose(got, _brute_force_recobert(query, query_present, fields, present, lambdas), atol=1e-4)
+
+
+def test_top_k_breaks_ties_by_id_whatever_the_input_order():
+    scores = np.array([0.5, 0.9, 0.5, 0.9, 0.1])
+    ids = ["d", "b", "a", "c", "e"]
+    assert [ids[i] for i in scoring.top_k(scores, 4, ids)] == ["b", "c", "a", "d"]
+    order = [4, 2, 0, 3, 1]
+    shuffled_ids = [ids[j] for j in order]
+    assert [shuffled_ids[i] for i in scoring.top_k(scores[order], 4, shuffled_ids)] == ["b", "c", "a", "d"]

