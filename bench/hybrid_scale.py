@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from bench.data import ROOT
 from bench.report import write_section
 from bench.service_bench import Client, percentile, timed_requests
 from metricsearch.core import scoring
@@ -43,7 +44,6 @@ from metricsearch.service import (
     vector_schema,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 VOCABULARY = 30_000
 CLUSTER = 20
 

@@ -110,16 +110,21 @@ def test_config_file_values_apply_and_the_command_line_wins(tmp_path):
         build_config({"objective": "metricbert", "catalog": "c", "out": "o", "loss": "cosine", "margin": 0.2})
 
 
-def test_train_then_export_gives_a_bundle_the_service_loads(tmp_path):
+def tiny_model_and_catalog(tmp_path: Path) -> tuple[Path, Path]:
+    """A tiny BERT to start from and a catalog of CORPUS (title: the text up to its first comma)."""
     from tests.tiny_model import build_tiny_model
 
-    base = build_tiny_model(tmp_path / "tiny")
     catalog = tmp_path / "catalog.jsonl"
     catalog.write_text(
         "".join(
             json.dumps({"id": str(i), "title": t.split(",")[0], "description": t}) + "\n" for i, t in enumerate(CORPUS)
         )
     )
+    return build_tiny_model(tmp_path / "tiny"), catalog
+
+
+def test_train_then_export_gives_a_bundle_the_service_loads(tmp_path):
+    base, catalog = tiny_model_and_catalog(tmp_path)
     config = write(tmp_path / "train.json", json.dumps({"batch_size": 8, "val_fraction": 0.25, "mlm_warmup_steps": 1}))
     result = cli(
         "train", "--objective", "recobert", "--catalog", catalog, "--base", base, "--out", tmp_path / "run",
@@ -140,15 +145,7 @@ def test_train_then_export_gives_a_bundle_the_service_loads(tmp_path):
 
 
 def test_train_with_bundle_exports_and_tunes_on_the_catalog(tmp_path):
-    from tests.tiny_model import build_tiny_model
-
-    base = build_tiny_model(tmp_path / "tiny")
-    catalog = tmp_path / "catalog.jsonl"
-    catalog.write_text(
-        "".join(
-            json.dumps({"id": str(i), "title": t.split(",")[0], "description": t}) + "\n" for i, t in enumerate(CORPUS)
-        )
-    )
+    base, catalog = tiny_model_and_catalog(tmp_path)
     taken = tmp_path / "taken"
     taken.mkdir()
     refused = cli(
