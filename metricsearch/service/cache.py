@@ -10,6 +10,10 @@ objects held from CPython's object sizes, erring high, not exact.
   write bumps the generation *after* it landed, and a reader takes the generation *before* it reads the store, so
   an answer is only ever found under a generation that no write has followed: one bump retires every older answer
   at once (they age out of the LRU) with no scan and no window in which a stale answer could be served.
+- `VectorCache`: the server store's copy of candidates' vectors, keyed by (collection, point id, content hash). A
+  collection holds one bundle's vectors, and a point's are a pure function of the bundle and its texts, which the
+  hash names, so an entry never goes stale, however many replicas write to the collection: an update changes the
+  hash and misses.
 """
 
 from __future__ import annotations
@@ -143,6 +147,19 @@ class AnswerCache(_Lru[list[Match]]):
 
     def put(self, generation: int, key: Hashable, answer: list[Match]) -> None:
         self._put((generation, key), answer)
+
+
+class VectorCache(_Lru[dict[str, np.ndarray]]):
+    """Points' dense vectors by name; max_bytes 0 disables it."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(1 << 62, max_bytes, lambda v: sum(a.nbytes + 112 for a in v.values()), _noop, _noop)
+
+    def get(self, collection: str, point: str, content_hash: str) -> dict[str, np.ndarray] | None:
+        return self._get((collection, point, content_hash))
+
+    def put(self, collection: str, point: str, content_hash: str, vectors: dict[str, np.ndarray]) -> None:
+        self._put((collection, point, content_hash), vectors)
 
 
 MATCH_BYTES = 500

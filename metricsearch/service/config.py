@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     qdrant_breaker_open_s: float = Field(
         2.0, gt=0, description="seconds calls fail fast after the breaker opened, before one call tries Qdrant again"
     )
+    qdrant_vector_cache_mb: float = Field(
+        256, ge=0, description="MB of vectors the server store keeps so a search need not read them; 0 = off"
+    )
     collection: str = Field("items", pattern=r"^[A-Za-z0-9_-]+$", description="collection (or shard folder) name")
 
     # --- HTTP

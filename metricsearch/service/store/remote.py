@@ -7,6 +7,11 @@ a restart when Qdrant comes back. Once open, a collection that vanishes (the ser
 error state, never recreated empty behind the users' back: it is unready until the collection is back (a restored
 snapshot) or the service restarts, which creates it empty to re-index.
 
+Search reads candidates' ids, scores and listings; their vectors (all the rerank needs besides) come from a
+byte-bounded cache keyed by (point, content hash), and only the points it lacks are read with their vectors, in one
+more call: a warm service moves no vectors as JSON, where every search used to read each candidate's (with a
+second-order bundle, tens of thousands of floats per candidate).
+
 Every call goes through a CallGuard (guard.py): a bound on the calls in flight and a circuit breaker, so a hung
 server costs each caller one call timeout at most, then 503 at once. The calls are blocking: the service makes them
 off the event loop (service/search.py), so a slow server never stalls /healthz.
@@ -26,6 +31,7 @@ import threading
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -38,6 +44,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
 from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import point_id
+from metricsearch.service.cache import VectorCache
 from metricsearch.service.config import Settings
 from metricsearch.service.store import base
 from metricsearch.service.store.atomic import written_whole
@@ -70,6 +77,8 @@ METADATA_KEY = "metricsearch"
 _TRANSFER_TIMEOUT_S = 600
 _TRANSFER_CHUNK = 1 << 16
 _TRANSFER_ERRORS = (httpx.HTTPError, ResponseHandlingException, UnexpectedResponse, OSError)
+_LISTED = ["id", "title", "metadata", "content_hash"]
+"""What a search reads of each candidate's payload: its listing and the hash that keys its vectors."""
 
 
 class RemoteStore:
@@ -89,8 +98,10 @@ class RemoteStore:
         replication: int | None = None,
         wait_for_server: bool = False,
         guard: CallGuard | None = None,
+        vector_cache_mb: float = 256,
     ) -> None:
         self._client = client
+        self._vectors = VectorCache(int(vector_cache_mb * 2**20))
         self._collection = collection
         self._schema = schema
         self._url = url or "the Qdrant server"
@@ -127,6 +138,7 @@ class RemoteStore:
         replication: int | None = None,
         wait_for_server: bool = False,
         guard: CallGuard | None = None,
+        vector_cache_mb: float = 256,
     ) -> RemoteStore:
         client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout_s), check_compatibility=False)
         return cls(
@@ -138,6 +150,7 @@ class RemoteStore:
             replication=replication,
             wait_for_server=wait_for_server,
             guard=guard,
+            vector_cache_mb=vector_cache_mb,
         )
 
     @classmethod
@@ -158,6 +171,7 @@ class RemoteStore:
                 failures=settings.qdrant_breaker_failures,
                 open_s=settings.qdrant_breaker_open_s,
             ),
+            vector_cache_mb=settings.qdrant_vector_cache_mb,
         )
 
     # --- snapshots: a client of their own, not an open store, which would create a missing collection
@@ -294,9 +308,9 @@ class RemoteStore:
         where = _filter(conditions, exclude_ids)
         dense = np.asarray(vector, dtype=np.float32).tolist()
         sparse = [(name, _sparse(query)) for name, query in (lexical or {}).items() if len(query)]
-        # One call returns each point's vectors and payload as read together (the rerank scores these vectors, not
-        # the server's score), so a result shows the version of the item it was scored on.
-        read = {"with_payload": ["id", "title", "metadata"], "with_vectors": list(self._schema.sizes)}
+        # A result shows the version of the item it was scored on: vectors cached or read under the hash of the
+        # payload they come with (without the cache, one call reads both together).
+        read = {"with_payload": _LISTED, "with_vectors": not self._vectors.enabled and list(self._schema.sizes)}
         with self._serving():
             if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
                 stages = [qm.Prefetch(query=dense, using=self._schema.ann, filter=where, limit=limit)]
@@ -312,7 +326,33 @@ class RemoteStore:
                 response = self._client.query_points(
                     self._collection, query=dense, using=self._schema.ann, query_filter=where, limit=limit, **read
                 )
-        return search_result(response.points, self._schema.sizes)
+        hits = self._with_vectors(response.points) if self._vectors.enabled else response.points
+        return search_result(hits, self._schema.sizes)
+
+    def _with_vectors(self, hits: Sequence[qm.ScoredPoint]) -> list[_Hit]:
+        """The hits with their vectors, from the cache or, for the points it lacks, read in one call: a point
+        updated meanwhile comes back as it is now (payload and vectors together), a point deleted meanwhile not at
+        all."""
+        found: dict[str, _Hit] = {}
+        for hit in hits:
+            content_hash = (hit.payload or {}).get("content_hash")
+            vectors = self._vectors.get(self._collection, str(hit.id), content_hash) if content_hash else None
+            if vectors is not None:
+                found[str(hit.id)] = _Hit(hit.id, hit.score, hit.payload, vectors)
+        missing = [hit.id for hit in hits if str(hit.id) not in found]
+        if missing:
+            with self._serving():
+                records = self._client.retrieve(
+                    self._collection, ids=missing, with_payload=_LISTED, with_vectors=list(self._schema.sizes)
+                )
+            score = {str(hit.id): hit.score for hit in hits}
+            for record in records:
+                named = record.vector if isinstance(record.vector, Mapping) else {}
+                vectors = {name: np.asarray(named[name], dtype=np.float32) for name in self._schema.sizes}
+                payload = record.payload or {}
+                self._vectors.put(self._collection, str(record.id), payload.get("content_hash", ""), vectors)
+                found[str(record.id)] = _Hit(record.id, score[str(record.id)], payload, vectors)
+        return [found[str(hit.id)] for hit in hits if str(hit.id) in found]
 
     def sample(self, n: int) -> list[StoredItem]:
         with self._serving():
@@ -475,6 +515,16 @@ class RemoteStore:
         if first:
             logger.error(message)
         raise StoreUnavailableError(message)
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """A scored point with its vectors from the cache or a read of its own (payload.search_result's Hit)."""
+
+    id: Any
+    score: float
+    payload: Any
+    vector: Mapping[str, np.ndarray]
 
 
 def check_collection(
