@@ -109,7 +109,7 @@ class LexicalSpec(_Strict):
     )
 
 
-FUSION_COMPONENTS = ("title", "description", "lexical_title", "lexical_description", "lexical_text")
+FUSION_COMPONENTS = ("title", "description", "lexical_title", "lexical_description", "lexical_text", "lexical_codes")
 
 
 class FusionSpec(_Strict):

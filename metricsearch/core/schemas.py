@@ -371,6 +371,11 @@ class FieldScores(BaseModel):
     lexical_text: float | None = Field(
         None, description="the same over each one's whole text (title and description together)"
     )
+    lexical_codes: float | None = Field(
+        None,
+        description="the query's model and part numbers alone (terms of letters and digits, or of 5+ digits) against "
+        "the item's whole text; null when the query has none",
+    )
     boost: float | None = Field(None, description="what the request's boosts added to the score; null without boost")
 
 

@@ -147,7 +147,8 @@ class BundleScorer:
         out = {}
         for name, held in self.lexical.present(self.rerank.fields, present).items():
             terms = [query.get(name) for query in asked]
-            matrix = lexical_matrix([t or SparseVector.empty() for t in terms], [d[name] for d in documents])
+            stored = self.lexical.using.get(name, name)
+            matrix = lexical_matrix([t or SparseVector.empty() for t in terms], [d[stored] for d in documents])
             out[name] = np.where(np.outer([t is not None for t in terms], held), matrix, np.nan)
         return out
 

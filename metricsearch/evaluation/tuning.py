@@ -16,7 +16,7 @@ Written by hand: the grid search is a few lines over precomputed z-score matrice
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +33,7 @@ from metricsearch.evaluation.datasets import EvalData
 from metricsearch.evaluation.scorers import BundleScorer
 
 GRID = (0.0, 0.5, 1.0, 2.0)
-"""Weights tried for each component; 4 values over 5 components are 1,023 weightings (all-zero left out)."""
+"""Weights tried for each component; 4 values over 6 components are 4,095 weightings (all-zero left out)."""
 PSEUDO_QUERIES = 400
 PSEUDO_MARGIN = 0.01
 """MRR by which pseudo-queries must prefer a weighting to the bundle's for tune to replace its weights."""
@@ -109,9 +109,11 @@ def tune(
     queries: int = PSEUDO_QUERIES,
     seed: int = 13,
     margin: float = PSEUDO_MARGIN,
+    admissible: Callable[[dict[str, float]], bool] | None = None,
 ) -> Tuned:
     """Choose the fusion weights of `bundle` for `catalog` and write them into its manifest; with pseudo-queries,
-    only when they beat the bundle's by `margin` (0: the best weighting wins outright)."""
+    only when they beat the bundle's by `margin` (0: the best weighting wins outright). `admissible`, when given,
+    is a check every chosen weighting must pass besides (the default bundle's rule: no loss on STS-benchmark)."""
     loaded = load_bundle(bundle)
     if loaded.manifest.lexical is None or loaded.manifest.metric == "recobert":
         raise InvalidInputError(
@@ -139,7 +141,10 @@ def tune(
     names = [n for n in names if described or "description" not in n]
     relevant = relevance_mask(data.relevant, len(items))
     others = ~relevance_mask([[] if own is None else [own] for own in data.own_index], len(items))
-    scored = [(mrr(z, w, relevant, others), w) for w in tqdm(weightings(names), desc="weightings", leave=False)]
+    tried = [w for w in weightings(names) if admissible is None or admissible(w)]
+    if not tried:
+        raise InvalidInputError("no weighting passes the admissibility check")
+    scored = [(mrr(z, w, relevant, others), w) for w in tqdm(tried, desc="weightings", leave=False)]
     best_mrr, best = max(scored, key=lambda pair: pair[0])
     weights = loaded.manifest.fusion.weights if loaded.manifest.fusion else DEFAULT_FUSION
     current = {n: w for n, w in weights.items() if n in names and w > 0}

@@ -218,7 +218,7 @@ class Catalog:
         the query has no term in the field or the candidate lacks it (the whole text is never missing)."""
         if self.lexical is None:
             return None
-        scores = self.store.lexical_scores(terms, points)
+        scores = self.store.lexical_scores(terms, points, self.lexical.using)
         return {
             name: np.where(held & (name in terms), scores.get(name, np.zeros(len(points))), np.nan)
             for name, held in self.lexical.present(self.fields, present).items()

@@ -10,10 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metricsearch.core.lexical import (
+    CODES,
+    WHOLE_TEXT,
     LexicalFields,
     analyze,
+    code_vector,
     document_frequencies,
     idf,
+    is_code,
     lexical_scores,
     term_id,
     term_vector,
@@ -107,3 +111,31 @@ def test_a_text_scores_itself_highest_and_the_whole_text_holds_both_fields():
 def test_idf_is_qdrants_and_positive():
     assert math.isclose(float(idf(np.array([1]), 10)[0]), math.log(1 + 9.5 / 1.5))
     assert (idf(np.array([0, 5, 10]), 10) > 0).all()
+
+
+def test_codes_are_model_and_part_numbers_not_short_numbers_or_words():
+    codes = [t for t in analyze("Sony KDL-40V5100 40in LCD, 2012 model, 3 pack, UPC 027242774727") if is_code(t)]
+    assert codes == ["40v5100", "kdl40v5100", "40in", "027242774727"]
+    assert not any(is_code(t) for t in analyze("3 killed in 2012 blast, 40 hurt"))
+    assert is_code("12345") and not is_code("1234") and is_code("5d") and not is_code("sony")
+
+
+def test_a_code_vector_keeps_the_code_terms_with_their_weights():
+    text = "Canon EOS-5D camera body 12345"
+    whole, codes = term_vector(text), code_vector(text)
+    kept = {term_id(t) for t in ("5d", "eos5d", "12345")}
+    assert set(codes.indices.tolist()) == kept
+    weight = dict(zip(whole.indices.tolist(), whole.values.tolist(), strict=True))
+    assert codes.values.tolist() == [weight[i] for i in codes.indices.tolist()]
+    assert len(code_vector("a camera body")) == 0
+
+
+def test_queries_carry_codes_only_when_there_are_some_and_score_them_on_the_whole_text():
+    fields = LexicalFields(["title", "description"])
+    assert fields.using == {CODES: fields.names[WHOLE_TEXT]}
+    with_code = fields.queries("Sony PS-LX350H", "a turntable")
+    assert set(with_code) == {"lexical_title", "lexical_description", "lexical_text", CODES}
+    assert set(with_code[CODES].indices.tolist()) == {term_id("lx350h"), term_id("pslx350h")}
+    assert CODES not in fields.queries("Sony turntable", "belt drive")
+    assert set(fields.queries(None, None, free_text="eos 5d")) == {*fields.names.values(), CODES}
+    assert CODES not in fields.queries(None, None, free_text="camera")

@@ -140,10 +140,12 @@ class Store(Protocol):
         """Up to n items with their vectors, the same ones while the store does not change: the first by point id,
         which is a hash of the item id, so they are spread over the catalog whatever order it was indexed in."""
 
-    def lexical_scores(self, queries: Mapping[str, SparseVector], points: Sequence[str]) -> dict[str, np.ndarray]:
+    def lexical_scores(
+        self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
+    ) -> dict[str, np.ndarray]:
         """Each point's score (core.lexical's TF-IDF cosine with the store's idf) for each named sparse query,
         aligned with `points` (point ids, as `SearchResult.points`); 0 where a point shares no term with the query or
-        has no such vector."""
+        has no such vector. A query is scored against the stored vector of its own name, or the one `using` names."""
 
     def count(self) -> int: ...
 

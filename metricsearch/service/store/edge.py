@@ -342,10 +342,12 @@ class EdgeStore:
             records, _ = self._shard.scroll(request)
         return [from_payload(r.payload, r.vector, self._schema.sizes) for r in records]
 
-    def lexical_scores(self, queries: Mapping[str, SparseVector], points: Sequence[str]) -> dict[str, np.ndarray]:
+    def lexical_scores(
+        self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
+    ) -> dict[str, np.ndarray]:
         """From the term mirror (store/terms.py), read under the lock that orders it with writes."""
         with self._lock:
-            return self._terms.scores(queries, points)
+            return self._terms.scores(queries, points, using)
 
     def count(self) -> int:
         with self._lock:

@@ -361,14 +361,19 @@ class RemoteStore:
             )
         return [from_payload(r.payload or {}, r.vector, self._schema.sizes) for r in records]  # type: ignore[arg-type]
 
-    def lexical_scores(self, queries: Mapping[str, SparseVector], points: Sequence[str]) -> dict[str, np.ndarray]:
+    def lexical_scores(
+        self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
+    ) -> dict[str, np.ndarray]:
         named = {name: query for name, query in queries.items() if len(query)}
+        using = using or {}
         scores = {name: np.zeros(len(points)) for name in queries}
         if not named or not points:
             return scores
         only = qm.Filter(must=[qm.HasIdCondition(has_id=list(points))])
         requests = [
-            qm.QueryRequest(query=_sparse(query), using=name, filter=only, limit=len(points), with_payload=False)
+            qm.QueryRequest(
+                query=_sparse(query), using=using.get(name, name), filter=only, limit=len(points), with_payload=False
+            )
             for name, query in named.items()
         ]
         with self._serving():

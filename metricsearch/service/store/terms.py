@@ -145,11 +145,15 @@ class TermMirror:
             postings.clear(rows)
         self._free += rows
 
-    def scores(self, queries: Mapping[str, SparseVector], points: Sequence[str]) -> dict[str, np.ndarray]:
-        """Each point's lexical score per named query, aligned with `points`; 0 for an unknown point."""
+    def scores(
+        self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Each point's lexical score per named query (against the vector `using` names, else its own), aligned with
+        `points`; 0 for an unknown point."""
         rows = np.fromiter((self._rows.get(p, -1) for p in points), dtype=np.int64, count=len(points))
+        using = using or {}
         return {
-            name: self._postings[name].scores(query, rows) if len(query) else np.zeros(len(points))
+            name: self._postings[using.get(name, name)].scores(query, rows) if len(query) else np.zeros(len(points))
             for name, query in queries.items()
         }
 

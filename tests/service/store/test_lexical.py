@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from metricsearch.core.lexical import document_frequencies, lexical_scores, term_vector
+from metricsearch.core.lexical import code_vector, document_frequencies, lexical_scores, term_vector
 from metricsearch.core.records import point_id
 from metricsearch.service.store import EdgeStore, RemoteStore
 from metricsearch.service.store.base import Equals, StoredItem, VectorSchema
@@ -58,6 +58,17 @@ def test_lexical_scores_equal_brute_force(store, text):
     got = store.lexical_scores({"lex_title": query}, [point_id(i) for i in ids])["lex_title"]
     frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
     expected = lexical_scores(query, [term_vector(t) for t in TITLES], frequencies, documents)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_a_query_scored_against_another_stored_vector_equals_brute_force(store):
+    """`using`: the codes component scores the query's code terms against another field's stored vectors."""
+    ids = [f"i{n}" for n in range(len(TITLES))]
+    query = code_vector("sony ps-lx350h turntable")
+    got = store.lexical_scores({"codes": query}, [point_id(i) for i in ids], {"codes": "lex_title"})["codes"]
+    frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
+    expected = lexical_scores(query, [term_vector(t) for t in TITLES], frequencies, documents)
+    assert expected.max() > 0
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
