@@ -526,7 +526,10 @@ def tune(
     bundle: Annotated[Path, typer.Option(help="bundle folder whose fusion weights are chosen and written")],
     pairs: Annotated[
         Path | None,
-        typer.Option(help="labelled matches (left_id,right_id: ids of --catalog) to rank instead of pseudo-queries"),
+        typer.Option(
+            help="labelled matches (left_id,right_id: ids of --catalog) to rank instead of pseudo-queries; each "
+            "left item ranks among the catalog's items that are no left item (with two shops: the other shop)"
+        ),
     ] = None,
     queries: Annotated[int, typer.Option(min=10, help="pseudo-queries made from the catalog's items")] = 400,
     seed: Annotated[int, typer.Option(help="seed of the pseudo-queries")] = 13,

@@ -140,7 +140,12 @@ def tune(
     names = [n for n in FUSION_COMPONENTS if n in z]
     names = [n for n in names if described or "description" not in n]
     relevant = relevance_mask(data.relevant, len(items))
-    others = ~relevance_mask([[] if own is None else [own] for own in data.own_index], len(items))
+    # A query never ranks itself; a labelled query ranks among the items that are no query (in a catalog of two
+    # shops, the other shop's: how a storefront filters and how EVALUATION.md measures).
+    exclude = [[] if own is None else [own] for own in data.own_index]
+    if pairs is not None:
+        exclude = [sorted(set(data.own_index))] * len(asked)
+    others = ~relevance_mask(exclude, len(items))
     tried = [w for w in weightings(names) if admissible is None or admissible(w)]
     if not tried:
         raise InvalidInputError("no weighting passes the admissibility check")

@@ -12,6 +12,7 @@ import pytest
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.errors import InvalidInputError
 from metricsearch.core.fusion import DEFAULT_FUSION
+from metricsearch.core.records import Item
 from metricsearch.core.rerank import Reranker
 from metricsearch.evaluation import tuning
 from metricsearch.evaluation.tuning import pseudo_queries, tune
@@ -58,6 +59,16 @@ def test_labelled_pairs_rank_instead(bundle, tmp_path):
     pairs.write_text("left_id,right_id\ni0,nope\n")
     with pytest.raises(InvalidInputError, match=r"pairs\.csv:2: right_id 'nope' is not an id of the catalog"):
         tune(catalog, bundle, pairs=pairs)
+
+
+def test_a_labelled_query_ranks_among_the_items_that_are_no_query(bundle, tmp_path):
+    """Two listings of one shop (the left ids) are no match to find for each other: with two shops in the catalog a
+    query ranks among the other shop's, as a storefront filters; counted, the twin would tie the match."""
+    twins = [Item("q0", "zq kettle PS-LX350H"), Item("q1", "zq kettle PS-LX350H"), Item("r0", "PS-LX350H zq kettle")]
+    catalog = write_catalog(tmp_path / "c.csv", [*catalog_items(30), *twins])
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("left_id,right_id\nq0,r0\nq1,r0\n")
+    assert tune(catalog, bundle, pairs=pairs).mrr == 1.0
 
 
 def test_a_catalog_without_descriptions_leaves_their_weights_at_zero(bundle, tmp_path):

@@ -84,8 +84,19 @@ def test_a_match_that_only_shares_a_part_number_is_found(hybrid):
     results = hybrid.similar_to_item("query", 5)
     assert results[0].id == "target"
     assert results[0].field_scores["lexical_title"] > 0 and results[0].field_scores["lexical_text"] > 0
+    assert results[0].field_scores["lexical_codes"] > 0
     assert set(results[0].field_scores) == set(FUSION_COMPONENTS)
     assert results[0].field_scores["description"] is None and results[0].field_scores["lexical_description"] is None
+
+
+def test_only_model_numbers_count_as_codes(hybrid):
+    """A short number or a plain word shared with the query is no code: the component is unknown (null) for a query
+    without codes, whatever it shares; with a code, items without it score 0."""
+    hybrid.index([Item("twin", "red kettle 3 pack", ""), Item("plain", "red kettle 3", "")])
+    assert all(m.field_scores["lexical_codes"] is None for m in hybrid.similar_to_item("plain", 5))
+    hybrid.index([Item("coded", "red kettle 3 kx200", "")])
+    by_id = {m.id: m.field_scores["lexical_codes"] for m in hybrid.similar_to_item("coded", 130)}
+    assert by_id["twin"] == 0 and by_id["plain"] == 0
 
 
 def test_ranking_does_not_depend_on_k_or_the_filter(normalised):
