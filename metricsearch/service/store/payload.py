@@ -3,8 +3,10 @@ metadata paths filters use, the result matrices and the schema check that refuse
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -13,7 +15,10 @@ import orjson
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError
 from metricsearch.service.store.base import Listing, SearchResult, StoredItem, VectorSchema
 
+logger = logging.getLogger(__name__)
+
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_METADATA = "metadata."
 
 
 class Hit(Protocol):
@@ -98,6 +103,32 @@ def metadata_path(key: str) -> str:
     if not _PLAIN_KEY.match(key):
         raise InvalidInputError(f"metadata key {key!r} cannot be filtered on: use letters, digits, '_' and '-' only")
     return f"metadata.{key}"
+
+
+def sync_indexes(
+    existing: Mapping[str, str],
+    declared: Mapping[str, str],
+    *,
+    create: Callable[[str, str], None],
+    drop: Callable[[str], None],
+    where: str,
+) -> None:
+    """Make the payload indexes on metadata paths exactly the declared ones ({key: type}, MS_INDEXED_FIELDS):
+    `existing` is every payload index as {path: type}. An index already there with its type is kept (a restart
+    costs nothing); one of another type is dropped and built again; one no longer declared is dropped, since it
+    costs memory and each write's time. Indexes outside the metadata (the `id` index) are left alone."""
+    wanted = {metadata_path(key): kind for key, kind in declared.items()}
+    for path, kind in existing.items():
+        if path.startswith(_METADATA) and wanted.get(path) != kind:
+            drop(path)
+            retyped = f"declared {wanted[path]!r}" if path in wanted else "no longer declared"
+            logger.warning("%s: dropped the %r payload index on %s (%s)", where, kind, path, retyped)
+    for path, kind in wanted.items():
+        if existing.get(path) != kind:
+            started = time.perf_counter()
+            create(path, kind)
+            took_ms = (time.perf_counter() - started) * 1e3
+            logger.info("%s: built a %r payload index on %s in %.0f ms", where, kind, path, took_ms)
 
 
 def any_of_groups(values: Sequence[str | int]) -> list[list[str] | list[int]]:
