@@ -81,9 +81,10 @@ from metricsearch.service.store.base import (
 )
 from metricsearch.service.store.mirror import VectorMirror
 from metricsearch.service.store.payload import (
-    any_of_groups,
+    any_of_parts,
     check_schema,
     from_payload,
+    is_number,
     listing,
     metadata_path,
     sparse_lists,
@@ -786,11 +787,13 @@ def _condition(condition: Condition) -> FieldCondition | Filter:
             # qdrant-edge 0.9 reads a Python bool as the integer 1 or 0, which never matches a stored bool;
             # numpy's bool converts as a bool.
             return FieldCondition(path, match=MatchValue(np.bool_(condition.value)))
-        if isinstance(condition.value, float):
+        if is_number(condition.value):
             return FieldCondition(path, range=RangeFloat(gte=condition.value, lte=condition.value))
         return FieldCondition(path, match=MatchValue(condition.value))
     if isinstance(condition, AnyOf):
-        matches = [FieldCondition(path, match=MatchAny(group)) for group in any_of_groups(condition.values)]
+        strings, numbers = any_of_parts(condition.values)
+        matches = [FieldCondition(path, match=MatchAny(strings))] if strings or not numbers else []
+        matches += [FieldCondition(path, range=RangeFloat(gte=v, lte=v)) for v in numbers]
         return matches[0] if len(matches) == 1 else Filter(should=matches)
     return FieldCondition(path, range=RangeFloat(gte=condition.gte, lte=condition.lte))
 

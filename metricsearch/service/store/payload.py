@@ -131,11 +131,15 @@ def sync_indexes(
             logger.info("%s: built a %r payload index on %s in %.0f ms", where, kind, path, took_ms)
 
 
-def any_of_groups(values: Sequence[str | int]) -> list[list[str] | list[int]]:
-    """MatchAny takes strings or integers, not both: one group per type (a single empty group matches nothing)."""
-    strings = [v for v in values if isinstance(v, str)]
-    integers = [v for v in values if not isinstance(v, str)]
-    return [g for g in (strings, integers) if g] or [[]]
+def any_of_parts(values: Sequence[str | int]) -> tuple[list[str], list[int]]:
+    """An `in` filter's strings, for one MatchAny, and its numbers, each matched as the range [v, v]: the engines'
+    integer match misses a stored 3.0, a range compares by value (and never matches a bool)."""
+    return [v for v in values if isinstance(v, str)], [v for v in values if not isinstance(v, str)]
+
+
+def is_number(value: object) -> bool:
+    """Numbers compare by value in filters (2 equals 2.0); a bool is not one (true is not 1)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def search_result(hits: Sequence[Hit], sizes: Mapping[str, int]) -> SearchResult:

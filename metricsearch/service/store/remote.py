@@ -60,9 +60,10 @@ from metricsearch.service.store.base import (
 from metricsearch.service.store.guard import CallGuard
 from metricsearch.service.store.payload import (
     aligned_scores,
-    any_of_groups,
+    any_of_parts,
     check_schema,
     from_payload,
+    is_number,
     metadata_path,
     search_result,
     sparse_lists,
@@ -632,12 +633,12 @@ def _filter(conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> qm.F
 def _condition(condition: Condition) -> qm.FieldCondition | qm.Filter:
     path = metadata_path(condition.key)
     if isinstance(condition, Equals):
-        if isinstance(condition.value, float):
+        if is_number(condition.value):
             return qm.FieldCondition(key=path, range=qm.Range(gte=condition.value, lte=condition.value))
         return qm.FieldCondition(key=path, match=qm.MatchValue(value=condition.value))
     if isinstance(condition, AnyOf):
-        matches = [
-            qm.FieldCondition(key=path, match=qm.MatchAny(any=group)) for group in any_of_groups(condition.values)
-        ]
+        strings, numbers = any_of_parts(condition.values)
+        matches = [qm.FieldCondition(key=path, match=qm.MatchAny(any=strings))] if strings or not numbers else []
+        matches += [qm.FieldCondition(key=path, range=qm.Range(gte=v, lte=v)) for v in numbers]
         return matches[0] if len(matches) == 1 else qm.Filter(should=matches)
     return qm.FieldCondition(key=path, range=qm.Range(gte=condition.gte, lte=condition.lte))

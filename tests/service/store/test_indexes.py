@@ -7,12 +7,16 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+import pytest
+from qdrant_client import QdrantClient
 from qdrant_edge import EdgeShard
 
 from metricsearch.service.config import Settings
 from metricsearch.service.store import EdgeStore, RemoteStore, open_store
 from tests.service.qdrant_rest import QdrantRest
-from tests.service.store.conftest import SCHEMA
+from tests.service.store.conftest import SCHEMA, Reference
+from tests.service.store.test_congruence import SEARCHES, populate, query_vector
 
 DECLARED = {"color": "keyword", "price": "float", "new": "bool"}
 PATHS = {"metadata.color": "keyword", "metadata.price": "float", "metadata.new": "bool"}
@@ -102,3 +106,46 @@ def test_server_store_from_settings_uses_ms_indexed_fields(monkeypatch):
         monkeypatch.setenv("MS_INDEXED_FIELDS", "new:bool")
         open_store(Settings(qdrant_url=server.url), SCHEMA).close()
         assert server.indexes["items"] == {"id": "keyword", "metadata.new": "bool"}
+
+
+EVERY_KEY = {"color": "keyword", "tags": "keyword", "price": "float", "year": "float", "size": "float", "new": "bool"}
+
+
+def _store_pair(kind: str, tmp_path):
+    """The same kind of store twice: without payload indexes and with one on every metadata key filters use."""
+    if kind == "edge":
+        return [
+            EdgeStore(tmp_path / name, SCHEMA, optimize_after_writes=0, indexed_fields=fields)
+            for name, fields in (("plain", {}), ("indexed", EVERY_KEY))
+        ]
+    return [
+        RemoteStore(QdrantClient(path=str(tmp_path / name)), "items", SCHEMA, indexed_fields=fields)
+        for name, fields in (("plain", {}), ("indexed", EVERY_KEY))
+    ]
+
+
+@pytest.mark.parametrize("kind", ["edge", "remote-local"])
+def test_filter_results_are_the_same_with_and_without_indexes(kind, tmp_path, items):
+    """Keyword, number (int and float stored alike), range, bool and `in` filters: the indexed store answers exactly
+    as the unindexed one and as brute force. (qdrant-client's local mode ignores indexes: there this checks only that
+    declaring them changes no answer.)"""
+    plain, indexed = _store_pair(kind, tmp_path)
+    try:
+        reference = Reference()
+        populate(plain, Reference(), items)
+        populate(indexed, reference, items)
+        for name, (conditions, exclude) in SEARCHES.items():
+            for seed, limit in ((0, 10), (2, 1000)):
+                vector = query_vector(seed)
+                expected_ids, expected_scores = reference.search(vector, limit, conditions, exclude)
+                with_index = indexed.search(vector, limit, conditions, exclude)
+                without = plain.search(vector, limit, conditions, exclude)
+                assert with_index.ids == without.ids == expected_ids, name
+                np.testing.assert_allclose(with_index.scores, expected_scores, atol=1e-5)
+            if conditions:
+                assert plain.delete_where(conditions) == indexed.delete_where(conditions), name
+                populate(plain, Reference(), items)
+                populate(indexed, Reference(), items)
+    finally:
+        plain.close()
+        indexed.close()
