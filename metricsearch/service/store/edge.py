@@ -87,6 +87,7 @@ from metricsearch.service.store.payload import (
     is_number,
     listing,
     metadata_path,
+    one_of_numbers,
     sparse_lists,
     sync_indexes,
     to_payload,
@@ -793,7 +794,15 @@ def _condition(condition: Condition) -> FieldCondition | Filter:
     if isinstance(condition, AnyOf):
         strings, numbers = any_of_parts(condition.values)
         matches = [FieldCondition(path, match=MatchAny(strings))] if strings or not numbers else []
-        matches += [FieldCondition(path, range=RangeFloat(gte=v, lte=v)) for v in numbers]
+        if numbers:
+            matches.append(
+                one_of_numbers(
+                    numbers,
+                    lambda lo, hi: FieldCondition(path, range=RangeFloat(gte=lo, lte=hi)),
+                    lambda conditions: Filter(should=conditions),
+                    lambda span, inner: Filter(must=[span, inner]),
+                )
+            )
         return matches[0] if len(matches) == 1 else Filter(should=matches)
     return FieldCondition(path, range=RangeFloat(gte=condition.gte, lte=condition.lte))
 

@@ -7,7 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import orjson
@@ -19,6 +19,9 @@ logger = logging.getLogger(__name__)
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _METADATA = "metadata."
+_LEAF = 4
+C = TypeVar("C")
+"""Numbers of an `in` filter checked one by one (one_of_numbers)."""
 
 
 class Hit(Protocol):
@@ -132,9 +135,31 @@ def sync_indexes(
 
 
 def any_of_parts(values: Sequence[str | int]) -> tuple[list[str], list[int]]:
-    """An `in` filter's strings, for one MatchAny, and its numbers, each matched as the range [v, v]: the engines'
-    integer match misses a stored 3.0, a range compares by value (and never matches a bool)."""
+    """An `in` filter's strings, for one MatchAny, and its numbers, for `one_of_numbers`."""
     return [v for v in values if isinstance(v, str)], [v for v in values if not isinstance(v, str)]
+
+
+def one_of_numbers(
+    numbers: Sequence[int],
+    between: Callable[[float, float], C],
+    either: Callable[[list[C]], C],
+    both: Callable[[C, C], C],
+) -> C:
+    """A condition matching a stored number equal to one of `numbers` by value, 3.0 included, which the engines'
+    integer match misses (a range compares by value and never matches a bool). The ranges [v, v] form a tree whose
+    nodes first check the span of their values, so an unindexed point costs about 2 log2(n) checks, not n (a flat
+    list of 1,000 ranges took 1.9 s over 5,000 points). `between(lo, hi)` is the engine's range condition, `either`
+    its should, `both` its must."""
+    values = sorted(set(numbers))
+
+    def node(lo: int, hi: int) -> C:
+        if hi - lo <= _LEAF:
+            leaves = [between(v, v) for v in values[lo:hi]]
+            return leaves[0] if len(leaves) == 1 else either(leaves)
+        mid = (lo + hi) // 2
+        return both(between(values[lo], values[hi - 1]), either([node(lo, mid), node(mid, hi)]))
+
+    return node(0, len(values))
 
 
 def is_number(value: object) -> bool:

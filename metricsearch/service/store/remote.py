@@ -65,6 +65,7 @@ from metricsearch.service.store.payload import (
     from_payload,
     is_number,
     metadata_path,
+    one_of_numbers,
     search_result,
     sparse_lists,
     sync_indexes,
@@ -638,7 +639,17 @@ def _condition(condition: Condition) -> qm.FieldCondition | qm.Filter:
         return qm.FieldCondition(key=path, match=qm.MatchValue(value=condition.value))
     if isinstance(condition, AnyOf):
         strings, numbers = any_of_parts(condition.values)
-        matches = [qm.FieldCondition(key=path, match=qm.MatchAny(any=strings))] if strings or not numbers else []
-        matches += [qm.FieldCondition(key=path, range=qm.Range(gte=v, lte=v)) for v in numbers]
+        matches: list[qm.Condition] = (
+            [qm.FieldCondition(key=path, match=qm.MatchAny(any=strings))] if strings or not numbers else []
+        )
+        if numbers:
+            matches.append(
+                one_of_numbers(
+                    numbers,
+                    lambda lo, hi: qm.FieldCondition(key=path, range=qm.Range(gte=lo, lte=hi)),
+                    lambda conditions: qm.Filter(should=conditions),
+                    lambda span, inner: qm.Filter(must=[span, inner]),
+                )
+            )
         return matches[0] if len(matches) == 1 else qm.Filter(should=matches)
     return qm.FieldCondition(key=path, range=qm.Range(gte=condition.gte, lte=condition.lte))

@@ -38,6 +38,8 @@ SEARCHES = {
     "equals-float-matches-int": ((Equals("size", 1.0),), ()),
     "any-of-int-matches-float": ((AnyOf("price", (3, 4)),), ()),
     "any-of-int-mixed-storage": ((AnyOf("size", (0, 2, "1")),), ()),
+    "any-of-many-numbers": ((AnyOf("price", tuple(range(1, 200, 3))),), ()),
+    "any-of-many-numbers-mixed-storage": ((AnyOf("size", (*range(-41, 42, 2), 0, "2")),), ()),
     "range-mixed-storage": ((Range("size", gte=0.5, lte=1.5),), ()),
     "range-gte": ((Range("price", gte=10.0),), ()),
     "range-lte": ((Range("year", lte=2002),), ()),
