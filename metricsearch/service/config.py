@@ -3,11 +3,45 @@ environment. docs/settings.md documents each field (a test keeps them in sync)."
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+IndexType = Literal["keyword", "float", "bool"]
+"""Payload index types of metadata keys. No integer index: filters compare numbers by value, and an integer index
+leaves out a stored 2.5 (measured: a range filter then misses it), so numbers take a float index, which holds ints
+and floats alike."""
+_INDEX_TYPES: tuple[str, ...] = IndexType.__args__
+_FIELD_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def parse_indexed_fields(declared: str | Mapping[str, str]) -> dict[str, str]:
+    """`brand:keyword,price:float` (or a mapping) as {key: type}; a malformed pair, a key filters cannot use, an
+    unknown type or a key given twice is refused naming it, so a typo stops the start-up instead of leaving a filter
+    unindexed."""
+    if isinstance(declared, Mapping):
+        pairs = [(str(k), ":", str(v)) for k, v in declared.items()]
+    else:
+        pairs = [tuple(part.strip() for part in p.partition(":")) for p in declared.split(",") if p.strip()]
+    fields: dict[str, str] = {}
+    for key, sep, kind in pairs:
+        if not sep or not key or not kind:
+            raise ValueError(f"{key + sep + kind!r} is not key:type (e.g. brand:keyword,price:float,in_stock:bool)")
+        if not _FIELD_KEY.match(key):
+            raise ValueError(f"{key!r} cannot be a filtered metadata key: use letters, digits, '_' and '-' only")
+        kind = kind.lower()
+        if kind in ("integer", "int"):
+            raise ValueError(f"{key}:{kind}: declare numbers as float (filters compare 2 and 2.0 by value)")
+        if kind not in _INDEX_TYPES:
+            raise ValueError(f"{key}: unknown index type {kind!r}; use one of {', '.join(_INDEX_TYPES)}")
+        if key in fields:
+            raise ValueError(f"{key!r} is declared twice")
+        fields[key] = kind
+    return fields
 
 
 class Settings(BaseSettings):
@@ -32,6 +66,16 @@ class Settings(BaseSettings):
         256, ge=0, description="MB of vectors the server store keeps so a search need not read them; 0 = off"
     )
     collection: str = Field("items", pattern=r"^[A-Za-z0-9_-]+$", description="collection (or shard folder) name")
+    indexed_fields: Annotated[dict[str, IndexType], NoDecode] = Field(
+        default_factory=dict,
+        description="metadata keys given a payload index, comma-separated key:type (keyword, float or bool), e.g. "
+        "brand:keyword,price:float,in_stock:bool; both stores create, retype or drop indexes to match at start-up",
+    )
+
+    @field_validator("indexed_fields", mode="before")
+    @classmethod
+    def _parse_indexed_fields(cls, value: object) -> object:
+        return parse_indexed_fields(value) if isinstance(value, str | Mapping) else value
 
     # --- HTTP
     host: str = Field("127.0.0.1", description="address uvicorn binds")

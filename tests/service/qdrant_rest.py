@@ -2,6 +2,9 @@
 by qdrant-client's local mode (the same API in-process), with their bodies parsed and their results written by
 qdrant-client's own REST models, so a wrong shape fails. No Qdrant server binary can be had here.
 
+Local mode has no payload indexes: this server keeps the ones created (`indexes`, {collection: {path: type}}) and
+lists them in the collection's info as a server does, and `index_calls` counts the create and delete calls.
+
 `hang()` makes it a server that accepts connections and reads requests but never answers, until `answer()`;
 `delete_collection` drops the data as a server losing its volume would."""
 
@@ -29,6 +32,8 @@ class QdrantRest(ThreadingHTTPServer):
         self.answering = threading.Event()
         self.answering.set()
         self.held = 0
+        self.indexes: dict[str, dict[str, str]] = {}
+        self.index_calls = 0
         """Requests received while hanging (each holds its connection open, unanswered)."""
         self._thread = threading.Thread(target=self.serve_forever, daemon=True)
 
@@ -107,7 +112,12 @@ class _Handler(BaseHTTPRequestHandler):
         if not local.collection_exists(name) and not (method == "PUT" and rest == ""):
             raise KeyError(f"Collection `{name}` doesn't exist!")
         if rest == "" and method == "GET":
-            return local.get_collection(name)
+            info = local.get_collection(name)
+            schema = self.server.indexes.get(name, {})
+            info.payload_schema = {
+                path: qm.PayloadIndexInfo(data_type=qm.PayloadSchemaType(t), points=0) for path, t in schema.items()
+            }
+            return info
         if rest == "" and method == "PUT":
             create = qm.CreateCollection.model_validate(body)
             return local.create_collection(
@@ -116,7 +126,15 @@ class _Handler(BaseHTTPRequestHandler):
                 sparse_vectors_config=create.sparse_vectors,
                 metadata=create.metadata,
             )
-        if rest == "/index":
+        if rest == "/index" and method == "PUT":
+            create = qm.CreateFieldIndex.model_validate(body)
+            kind = qm.PayloadSchemaType(create.field_schema).value
+            self.server.indexes.setdefault(name, {})[create.field_name] = kind
+            self.server.index_calls += 1
+            return qm.UpdateResult(operation_id=0, status=qm.UpdateStatus.COMPLETED)
+        if rest.startswith("/index/") and method == "DELETE":
+            del self.server.indexes.get(name, {})[rest.removeprefix("/index/")]
+            self.server.index_calls += 1
             return qm.UpdateResult(operation_id=0, status=qm.UpdateStatus.COMPLETED)
         if rest == "/points" and method == "PUT":
             return local.upsert(name, points=qm.PointsList.model_validate(body).points)

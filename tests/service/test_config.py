@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from metricsearch.service.config import Settings
 
 SETTINGS_DOC = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
@@ -34,3 +36,27 @@ def test_serving_path_imports_no_torch_trainer_or_export():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_indexed_fields_are_parsed_from_key_type_pairs(monkeypatch):
+    monkeypatch.setenv("MS_INDEXED_FIELDS", "brand:keyword, price:Float,in_stock:bool,")
+    assert Settings().indexed_fields == {"brand": "keyword", "price": "float", "in_stock": "bool"}
+    assert Settings(indexed_fields="").indexed_fields == {}
+
+
+@pytest.mark.parametrize(
+    ("declared", "message"),
+    [
+        ("brand", "'brand' is not key:type"),
+        ("brand:keyword,:float", "':float' is not key:type"),
+        ("tags[0]:keyword", "'tags[0]' cannot be a filtered metadata key"),
+        ("price:integer", "price:integer: declare numbers as float"),
+        ("brand:text", "brand: unknown index type 'text'; use one of keyword, float, bool"),
+        ("brand:keyword,brand:bool", "'brand' is declared twice"),
+    ],
+)
+def test_bad_declarations_are_refused_at_start_up(monkeypatch, declared, message):
+    monkeypatch.setenv("MS_INDEXED_FIELDS", declared)
+    with pytest.raises(ValueError, match="indexed_fields") as raised:
+        Settings()
+    assert message in str(raised.value)

@@ -81,12 +81,15 @@ from metricsearch.service.store.base import (
 )
 from metricsearch.service.store.mirror import VectorMirror
 from metricsearch.service.store.payload import (
-    any_of_groups,
+    any_of_parts,
     check_schema,
     from_payload,
+    is_number,
     listing,
     metadata_path,
+    one_of_numbers,
     sparse_lists,
+    sync_indexes,
     to_payload,
     vector_lists,
 )
@@ -118,7 +121,9 @@ class EdgeStore:
     `optimize_after_writes`: points written since the last build that start a background HNSW build (0 = never);
     `indexing_threshold_kb`: the engine's indexing threshold, lowered in tests to get HNSW from a few points;
     `sync_writes`: fsync before a write returns. Without it a returned write is in the WAL (an mmap), which
-    survives a crash of this process but not of the machine (QDRANT_EDGE.md)."""
+    survives a crash of this process but not of the machine (QDRANT_EDGE.md); `indexed_fields`: the metadata keys
+    to keep payload indexes on, {key: type} (payload.sync_indexes), None to leave the store's indexes as they are
+    (snapshot commands)."""
 
     def __init__(
         self,
@@ -128,6 +133,7 @@ class EdgeStore:
         optimize_after_writes: int = 5000,
         indexing_threshold_kb: int | None = None,
         sync_writes: bool = False,
+        indexed_fields: Mapping[str, str] | None = None,
     ) -> None:
         self._path = Path(path)
         self._sync_writes = sync_writes
@@ -166,6 +172,8 @@ class EdgeStore:
                 "this user can write"
             ) from e
         self._remove_stale_generations()
+        if indexed_fields is not None:
+            self._sync_indexes(indexed_fields)
         self._mirror, self._terms = self._load_mirrors()
 
     @classmethod
@@ -176,6 +184,7 @@ class EdgeStore:
             schema,
             optimize_after_writes=settings.optimize_after_writes,
             sync_writes=settings.sync_writes,
+            indexed_fields=settings.indexed_fields,
         )
 
     # --- snapshots
@@ -626,6 +635,19 @@ class EdgeStore:
         shard.update(UpdateOperation.create_field_index("id", PayloadSchemaType.Keyword))
         return shard
 
+    def _sync_indexes(self, declared: Mapping[str, str]) -> None:
+        """At open, before any build copies the shard (its segments carry the indexes into every generation)."""
+        existing = {path: _index_type(info.data_type) for path, info in self._shard.info().payload_schema.items()}
+        sync_indexes(
+            existing,
+            declared,
+            create=lambda path, kind: self._shard.update(
+                UpdateOperation.create_field_index(path, getattr(PayloadSchemaType, kind.capitalize()))
+            ),
+            drop=lambda path: self._shard.update(UpdateOperation.delete_field_index(path)),
+            where=f"the embedded store at {self._path}",
+        )
+
     def _load_mirrors(self) -> tuple[VectorMirror[Listing], TermMirror]:
         """Read every point's vectors, terms and listing once at open (about 3 s a 100k points of 768 floats)."""
         mirror: VectorMirror[Listing] = VectorMirror(self._schema.sizes)
@@ -742,6 +764,11 @@ def _swap_in_snapshot(path: Path, staged_shard: Path, schema: VectorSchema) -> l
     return list(generations.values())
 
 
+def _index_type(data_type: PayloadSchemaType) -> str:
+    """The engine's index type by the name MS_INDEXED_FIELDS gives it (`PayloadSchemaType.Float` is 'float')."""
+    return str(data_type).rsplit(".", 1)[-1].lower()
+
+
 def _sparse_query(name: str, query: SparseVector) -> Query:
     return Query.Nearest(EdgeSparseVector(query.indices.tolist(), query.values.tolist()), using=name)
 
@@ -761,11 +788,21 @@ def _condition(condition: Condition) -> FieldCondition | Filter:
             # qdrant-edge 0.9 reads a Python bool as the integer 1 or 0, which never matches a stored bool;
             # numpy's bool converts as a bool.
             return FieldCondition(path, match=MatchValue(np.bool_(condition.value)))
-        if isinstance(condition.value, float):
+        if is_number(condition.value):
             return FieldCondition(path, range=RangeFloat(gte=condition.value, lte=condition.value))
         return FieldCondition(path, match=MatchValue(condition.value))
     if isinstance(condition, AnyOf):
-        matches = [FieldCondition(path, match=MatchAny(group)) for group in any_of_groups(condition.values)]
+        strings, numbers = any_of_parts(condition.values)
+        matches = [FieldCondition(path, match=MatchAny(strings))] if strings or not numbers else []
+        if numbers:
+            matches.append(
+                one_of_numbers(
+                    numbers,
+                    lambda lo, hi: FieldCondition(path, range=RangeFloat(gte=lo, lte=hi)),
+                    lambda conditions: Filter(should=conditions),
+                    lambda span, inner: Filter(must=[span, inner]),
+                )
+            )
         return matches[0] if len(matches) == 1 else Filter(should=matches)
     return FieldCondition(path, range=RangeFloat(gte=condition.gte, lte=condition.lte))
 

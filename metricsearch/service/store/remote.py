@@ -60,12 +60,15 @@ from metricsearch.service.store.base import (
 from metricsearch.service.store.guard import CallGuard
 from metricsearch.service.store.payload import (
     aligned_scores,
-    any_of_groups,
+    any_of_parts,
     check_schema,
     from_payload,
+    is_number,
     metadata_path,
+    one_of_numbers,
     search_result,
     sparse_lists,
+    sync_indexes,
     to_payload,
     vector_lists,
 )
@@ -83,9 +86,11 @@ _LISTED = ["id", "title", "metadata", "content_hash"]
 
 class RemoteStore:
     """The Store on one collection; creates it (named cosine vectors, `shards` x `replication` on a cluster) when
-    missing. Owns `client` from the start: closed by close() or when opening fails. `url` only names the server in
-    error messages. With `wait_for_server`, a server that does not answer yet is not an error: every call retries
-    opening the collection (and raises StoreUnavailableError until it can)."""
+    missing, and keeps payload indexes on the metadata keys of `indexed_fields` ({key: type}, payload.sync_indexes;
+    None leaves the collection's indexes as they are). Owns `client` from the start: closed by close() or when
+    opening fails. `url` only names the server in error messages. With `wait_for_server`, a server that does not
+    answer yet is not an error: every call retries opening the collection (and raises StoreUnavailableError until it
+    can)."""
 
     def __init__(
         self,
@@ -99,8 +104,10 @@ class RemoteStore:
         wait_for_server: bool = False,
         guard: CallGuard | None = None,
         vector_cache_mb: float = 256,
+        indexed_fields: Mapping[str, str] | None = None,
     ) -> None:
         self._client = client
+        self._indexed_fields = indexed_fields
         self._vectors = VectorCache(int(vector_cache_mb * 2**20))
         self._collection = collection
         self._schema = schema
@@ -139,6 +146,7 @@ class RemoteStore:
         wait_for_server: bool = False,
         guard: CallGuard | None = None,
         vector_cache_mb: float = 256,
+        indexed_fields: Mapping[str, str] | None = None,
     ) -> RemoteStore:
         client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout_s), check_compatibility=False)
         return cls(
@@ -151,6 +159,7 @@ class RemoteStore:
             wait_for_server=wait_for_server,
             guard=guard,
             vector_cache_mb=vector_cache_mb,
+            indexed_fields=indexed_fields,
         )
 
     @classmethod
@@ -172,6 +181,7 @@ class RemoteStore:
                 open_s=settings.qdrant_breaker_open_s,
             ),
             vector_cache_mb=settings.qdrant_vector_cache_mb,
+            indexed_fields=settings.indexed_fields,
         )
 
     # --- snapshots: a client of their own, not an open store, which would create a missing collection
@@ -427,12 +437,14 @@ class RemoteStore:
                 self._lost()
             try:
                 self._create_collection()
+                self._sync_indexes({})
                 return
             except UnexpectedResponse as e:
                 if e.status_code != 409:
                     raise
                 # Another replica, started at the same time, created it first: check it like any existing one.
-        params = self._client.get_collection(self._collection).config
+        info = self._client.get_collection(self._collection)
+        params = info.config
         vectors = params.params.vectors
         named = vectors if isinstance(vectors, Mapping) else {"": vectors} if vectors is not None else {}
         where = f"Collection {self._collection!r} on {self._url}"
@@ -450,6 +462,25 @@ class RemoteStore:
             fix="Set MS_COLLECTION to a new collection name to index with this bundle, "
             "or delete the collection and re-index the catalog with it.",
         )
+        self._sync_indexes(
+            {path: index.data_type.value for path, index in (info.payload_schema or {}).items() if index.data_type}
+        )
+
+    def _sync_indexes(self, existing: Mapping[str, str]) -> None:
+        """Every replica does this at open; Qdrant keeps an index that exists with its type, so they agree."""
+        if self._indexed_fields is None:
+            return
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect")  # local mode (tests)
+            sync_indexes(
+                existing,
+                self._indexed_fields,
+                create=lambda path, kind: self._client.create_payload_index(
+                    self._collection, path, qm.PayloadSchemaType(kind), wait=True
+                ),
+                drop=lambda path: self._client.delete_payload_index(self._collection, path, wait=True),
+                where=f"collection {self._collection!r} on {self._url}",
+            )
 
     def _warn_on_other_layout(self, params: qm.CollectionParams) -> None:
         """The service never reshards an existing collection; say so when the settings ask for another layout."""
@@ -603,12 +634,22 @@ def _filter(conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> qm.F
 def _condition(condition: Condition) -> qm.FieldCondition | qm.Filter:
     path = metadata_path(condition.key)
     if isinstance(condition, Equals):
-        if isinstance(condition.value, float):
+        if is_number(condition.value):
             return qm.FieldCondition(key=path, range=qm.Range(gte=condition.value, lte=condition.value))
         return qm.FieldCondition(key=path, match=qm.MatchValue(value=condition.value))
     if isinstance(condition, AnyOf):
-        matches = [
-            qm.FieldCondition(key=path, match=qm.MatchAny(any=group)) for group in any_of_groups(condition.values)
-        ]
+        strings, numbers = any_of_parts(condition.values)
+        matches: list[qm.Condition] = (
+            [qm.FieldCondition(key=path, match=qm.MatchAny(any=strings))] if strings or not numbers else []
+        )
+        if numbers:
+            matches.append(
+                one_of_numbers(
+                    numbers,
+                    lambda lo, hi: qm.FieldCondition(key=path, range=qm.Range(gte=lo, lte=hi)),
+                    lambda conditions: qm.Filter(should=conditions),
+                    lambda span, inner: qm.Filter(must=[span, inner]),
+                )
+            )
         return matches[0] if len(matches) == 1 else qm.Filter(should=matches)
     return qm.FieldCondition(key=path, range=qm.Range(gte=condition.gte, lte=condition.lte))

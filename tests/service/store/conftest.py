@@ -24,6 +24,7 @@ def make_item(i: int, rng: np.random.Generator, version: int = 0) -> StoredItem:
         "price": i * 0.25,
         "new": i % 2 == 0,
         "tags": ["all", f"t{i % 4}"],
+        "size": i % 3 if i % 2 else float(i % 3),  # the same numbers stored as int and as float
     }
     if i % 5 == 0:
         del metadata["price"]
@@ -50,14 +51,19 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _equal(stored: object, wanted: object) -> bool:
+    """Numbers compare by value (2 equals 2.0, true is not 1); anything else by type and value."""
+    if _is_number(wanted):
+        return _is_number(stored) and stored == wanted
+    return _same(stored, wanted)
+
+
 def matches(metadata: dict, condition: Condition) -> bool:
     values = _values(metadata, condition.key)
     if isinstance(condition, Equals):
-        if isinstance(condition.value, float):
-            return any(_is_number(v) and v == condition.value for v in values)
-        return any(_same(v, condition.value) for v in values)
+        return any(_equal(v, condition.value) for v in values)
     if isinstance(condition, AnyOf):
-        return any(_same(v, w) for v in values for w in condition.values)
+        return any(_equal(v, w) for v in values for w in condition.values)
     assert isinstance(condition, Range)
     return any(
         _is_number(v)
