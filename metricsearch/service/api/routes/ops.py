@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from metricsearch.core.errors import StoreUnavailableError
+from metricsearch.core.errors import NotReadyError
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS
 
@@ -23,7 +23,7 @@ def readyz(runtime: RuntimeDep) -> dict[str, str | int]:
     """Readiness: the bundle is loaded and the store answers (each probe retries a store that was down)."""
     problem = runtime.store.readiness()
     if problem is not None:
-        raise StoreUnavailableError(f"not ready: {problem}; each probe retries")
+        raise NotReadyError(f"not ready: {problem}; each probe retries")
     return {"status": "ready", "model": runtime.bundle.manifest.name, "items": runtime.store.count()}
 
 
