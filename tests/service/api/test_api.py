@@ -210,6 +210,31 @@ def test_writes_need_the_key(anonymous, service):
     assert anonymous.post("/similar", json={"id": "p1"}).status_code == 200  # reads are open without a read key
 
 
+def test_openapi_declares_the_bearer_scheme_on_routes_that_take_a_key(anonymous):
+    document = anonymous.get("/openapi.json").json()
+    assert document["components"]["securitySchemes"]["bearerAuth"] | {"description": ""} == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "",
+    }
+    paths = document["paths"]
+    keyed = [("/index", "post"), ("/items/{item_id}", "delete"), ("/items/delete", "post")]  # writes
+    keyed += [("/items/{item_id}", "get"), ("/similar", "post"), ("/similar/batch", "post")]  # reads, with a read key
+    for path, method in keyed:
+        assert paths[path][method]["security"] == [{"bearerAuth": []}], (path, method)
+    for path in ("/healthz", "/readyz", "/model", "/metrics"):
+        assert "security" not in paths[path]["get"], path
+
+
+def test_keys_are_read_as_bearer_credentials_whatever_the_spacing_or_case(anonymous):
+    item = {"items": [{"id": "spaced", "title": "t"}]}
+    assert anonymous.post("/index", json=item, headers={"Authorization": f"bearer   {KEY}"}).status_code == 200
+    for header in ("Bearer", f"Basic {KEY}", KEY):
+        refused = anonymous.post("/index", json=item, headers={"Authorization": header})
+        assert (refused.status_code, refused.json()["code"]) == (401, "unauthorized"), header
+    assert anonymous.delete("/items/spaced", headers={"Authorization": f"Bearer {KEY}"}).status_code == 204
+
+
 def test_ops_endpoints(anonymous):
     assert anonymous.get("/healthz").json() == {"status": "ok"}
     ready = anonymous.get("/readyz").json()
