@@ -236,7 +236,7 @@ def test_keys_are_read_as_bearer_credentials_whatever_the_spacing_or_case(anonym
 
 
 def test_ops_endpoints(anonymous):
-    assert anonymous.get("/healthz").json() == {"status": "ok"}
+    assert anonymous.get("/healthz").json() == anonymous.get("/livez").json() == {"status": "ok"}
     ready = anonymous.get("/readyz").json()
     assert ready["status"] == "ready" and ready["items"] >= len(ITEMS)
     manifest = anonymous.get("/model").json()

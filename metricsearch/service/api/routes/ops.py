@@ -12,9 +12,12 @@ from metricsearch.service.api.routes.common import ERRORS
 router = APIRouter(responses=ERRORS, tags=["ops"])
 
 
+@router.get("/livez")
 @router.get("/healthz")
 async def healthz() -> dict[str, str]:
-    """Liveness: the process answers. On the event loop, so it needs no worker thread (all may wait on Qdrant)."""
+    """Liveness: the process answers, whatever the store does (never touched here). On the event loop, so it needs
+    no worker thread (all may wait on Qdrant). /livez is Kubernetes' name beside /readyz; /healthz stays for the
+    image's HEALTHCHECK and existing probes."""
     return {"status": "ok"}
 
 
