@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 
@@ -19,13 +19,14 @@ def get_runtime(request: Request) -> Runtime:
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
-# auto_error=False: a missing key is ours to refuse (401 with WWW-Authenticate, and only where a key is set).
-bearer = HTTPBearer(
-    auto_error=False,
-    scheme_name="bearerAuth",
-    description="MS_API_KEY on writes; on reads, MS_READ_API_KEY or the write key when a read key is set",
+# auto_error=False: a missing key is ours to refuse (401 with WWW-Authenticate, and only where a key is set). Two
+# schemes, as there are two keys: /docs asks for each, and the document can say which one a route takes.
+write_bearer = HTTPBearer(auto_error=False, scheme_name="bearerAuth", description="MS_API_KEY: writes (it reads too)")
+read_bearer = HTTPBearer(
+    auto_error=False, scheme_name="readBearerAuth", description="MS_READ_API_KEY, or the write key: reads"
 )
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+WriteCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(write_bearer)]
+ReadCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(read_bearer)]
 
 
 def _check_key(accepted: list[SecretStr], credentials: HTTPAuthorizationCredentials | None, what: str) -> None:
@@ -38,13 +39,33 @@ def _check_key(accepted: list[SecretStr], credentials: HTTPAuthorizationCredenti
         raise AuthForbiddenError(f"the API key given is not valid for {what}")
 
 
-def require_write_key(runtime: RuntimeDep, credentials: Credentials) -> None:
+def require_write_key(runtime: RuntimeDep, credentials: WriteCredentials) -> None:
     if runtime.settings.api_key is not None:
         _check_key([runtime.settings.api_key], credentials, "writes")
 
 
-def require_read_key(runtime: RuntimeDep, credentials: Credentials) -> None:
+def require_read_key(runtime: RuntimeDep, credentials: ReadCredentials) -> None:
     """With a read key set, reads take it or the write key."""
     settings = runtime.settings
     if settings.read_api_key is not None:
         _check_key([k for k in (settings.read_api_key, settings.api_key) if k is not None], credentials, "reads")
+
+
+def declare_open_routes(app: FastAPI) -> None:
+    """The OpenAPI document states a scheme as optional (`{}` beside it) where its key is unset: those routes are
+    open then, and a generated client or a fuzzer need send no key; where a key is set it stays required."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            settings = app.state.runtime.settings
+            keys = {"bearerAuth": settings.api_key, "readBearerAuth": settings.read_api_key}
+            unset = {scheme for scheme, key in keys.items() if key is None}
+            for operations in build()["paths"].values():
+                for operation in operations.values():
+                    security = operation.get("security", [])
+                    if any(unset & set(requirement) for requirement in security):
+                        security.append({})
+        return app.openapi_schema
+
+    app.openapi = openapi

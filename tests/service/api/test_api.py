@@ -210,19 +210,21 @@ def test_writes_need_the_key(anonymous, service):
     assert anonymous.post("/similar", json={"id": "p1"}).status_code == 200  # reads are open without a read key
 
 
+WRITES = [("/index", "post"), ("/items/{item_id}", "delete"), ("/items/delete", "post")]
+READS = [("/items/{item_id}", "get"), ("/similar", "post"), ("/similar/batch", "post")]
+
+
 def test_openapi_declares_the_bearer_scheme_on_routes_that_take_a_key(anonymous):
     document = anonymous.get("/openapi.json").json()
-    assert document["components"]["securitySchemes"]["bearerAuth"] | {"description": ""} == {
-        "type": "http",
-        "scheme": "bearer",
-        "description": "",
-    }
+    schemes = document["components"]["securitySchemes"]
+    for name in ("bearerAuth", "readBearerAuth"):
+        assert schemes[name] | {"description": ""} == {"type": "http", "scheme": "bearer", "description": ""}
     paths = document["paths"]
-    keyed = [("/index", "post"), ("/items/{item_id}", "delete"), ("/items/delete", "post")]  # writes
-    keyed += [("/items/{item_id}", "get"), ("/similar", "post"), ("/similar/batch", "post")]  # reads, with a read key
-    for path, method in keyed:
+    for path, method in WRITES:  # MS_API_KEY is set: required
         assert paths[path][method]["security"] == [{"bearerAuth": []}], (path, method)
-    for path in ("/healthz", "/readyz", "/model", "/metrics"):
+    for path, method in READS:  # no read key: declared, and optional
+        assert paths[path][method]["security"] == [{"readBearerAuth": []}, {}], (path, method)
+    for path in ("/livez", "/healthz", "/readyz", "/model", "/metrics"):
         assert "security" not in paths[path]["get"], path
 
 
@@ -257,5 +259,8 @@ def test_read_key_when_configured(tiny_bundle, tmp_path):
         ok = httpx.post(f"{process.url}/similar", json={"text": "x"}, headers={"Authorization": "Bearer reader"})
         assert ok.status_code == 200
         assert httpx.get(f"{process.url}/healthz").status_code == 200
+        paths = httpx.get(f"{process.url}/openapi.json").json()["paths"]
+        for (path, method), scheme in [(w, "bearerAuth") for w in WRITES] + [(r, "readBearerAuth") for r in READS]:
+            assert paths[path][method]["security"] == [{scheme: []}], (path, method)  # both keys set: required
     finally:
         process.stop()
