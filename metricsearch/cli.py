@@ -89,7 +89,14 @@ def _settings(ctx: typer.Context, **overrides: object):
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
-        ctx.fail("; ".join(f"setting {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()))
+        ctx.fail("; ".join(_setting_error(e) for e in exc.errors()))
+
+
+def _setting_error(error: dict) -> str:
+    """One setting's error, or one about several settings (no location: its message names them)."""
+    where = ".".join(map(str, error["loc"]))
+    message = error["msg"].removeprefix("Value error, ")
+    return f"setting {where}: {message}" if where else message
 
 
 @app.command()

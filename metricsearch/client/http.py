@@ -1,11 +1,12 @@
 """`Client` and `AsyncClient`: one method per route, typed requests and answers, and retries.
 
-Retries: a 429 or 503 answer is retried after its `Retry-After` (seconds or an HTTP date; without one, a backoff of
-0.5 s doubling up to 30 s), and a request that never got an answer (connection refused or reset, a timeout) after
-the same backoff. Every route is safe to send twice: /index upserts by id (a repeat finds the items unchanged),
-deletes of what is gone count 0, reads change nothing. Any other answer (4xx, 500) is raised at once as
-`ServiceError`: retrying would not change it. A client gives up after `retries` retries or once its waits would pass
-`patience_s` seconds, and raises the last error."""
+Retries: an answer whose error code says a retry may get through (overloaded, timed_out, store_unavailable,
+not_ready; a 429 or 503 without a code, from a proxy in front) is retried after its `Retry-After` (seconds or an HTTP
+date; without one, a backoff of 0.5 s doubling up to 30 s), and a request that never got an answer (connection
+refused or reset, a timeout) after the same backoff. Every route is safe to send twice: /index upserts by id (a
+repeat finds the items unchanged), deletes of what is gone count 0, reads change nothing. Any other answer (4xx,
+500) is raised at once as `ServiceError`, its `code` telling what kind: retrying would not change it. A client gives
+up after `retries` retries or once its waits would pass `patience_s` seconds, and raises the last error."""
 
 from __future__ import annotations
 
@@ -32,21 +33,32 @@ from metricsearch.core.schemas import (
     SimilarResponse,
 )
 
+RETRY_CODES = frozenset({"overloaded", "timed_out", "store_unavailable", "not_ready"})
 RETRY_STATUSES = frozenset({429, 503})
+"""What is retried when an answer has no error code (not the service's own: a proxy's or a load balancer's)."""
 BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
 Model = TypeVar("Model", bound=BaseModel)
 
 
 class ServiceError(MetricSearchError):
-    """The service's answer to a request it did not fulfil: its status and its `detail` (what to fix), or status 0
-    when no answer came (the service unreachable)."""
+    """The service's answer to a request it did not fulfil: its status, its `detail` (what to fix) and its `code`
+    (docs/api.md, "Error codes"; None from an answer without one), or status 0 when no answer came (the service
+    unreachable)."""
 
-    def __init__(self, status: int, detail: str, retry_after_s: float | None = None) -> None:
-        super().__init__(f"{status}: {detail}" if status else detail)
+    def __init__(self, status: int, detail: str, retry_after_s: float | None = None, code: str | None = None) -> None:
+        super().__init__(f"{status} {code}: {detail}" if code else f"{status}: {detail}" if status else detail)
         self.status = status
         self.detail = detail
         self.retry_after_s = retry_after_s
+        self.code = code
+
+    @property
+    def retryable(self) -> bool:
+        """A retry may get through: the service said so by its code, or it gave no answer at all."""
+        if self.code is not None:
+            return self.code in RETRY_CODES
+        return self.status == 0 or self.status in RETRY_STATUSES
 
 
 class _Base:
@@ -99,11 +111,15 @@ class _Base:
         if response.is_success:
             return None
         try:
-            detail = str(response.json().get("detail", response.text))
+            body = response.json()
         except ValueError:
-            detail = response.text[:500]
+            body = None
+        if not isinstance(body, dict):
+            body = {"detail": response.text[:500]}
+        code = body.get("code")
+        detail = str(body.get("detail", response.text[:500]))
         retry_after = _retry_after_s(response.headers.get("Retry-After"))
-        return ServiceError(response.status_code, detail, retry_after)
+        return ServiceError(response.status_code, detail, retry_after, code if isinstance(code, str) else None)
 
     @staticmethod
     def _unreachable(url: str, exc: httpx.TransportError) -> ServiceError:
@@ -163,7 +179,7 @@ class Client(_Base):
                 error = self._outcome(response)
                 if error is None:
                     return _parse(response, model)
-                if error.status not in RETRY_STATUSES:
+                if not error.retryable:
                     raise error
             except httpx.TransportError as exc:
                 error = self._unreachable(self.url, exc)
@@ -231,7 +247,7 @@ class AsyncClient(_Base):
                 error = self._outcome(response)
                 if error is None:
                     return _parse(response, model)
-                if error.status not in RETRY_STATUSES:
+                if not error.retryable:
                     raise error
             except httpx.TransportError as exc:
                 error = self._unreachable(self.url, exc)

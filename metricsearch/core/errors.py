@@ -51,6 +51,10 @@ class StoreUnavailableError(MetricSearchError):
         self.retry_after_s = retry_after_s
 
 
+class NotReadyError(StoreUnavailableError):
+    """The readiness probe's answer while the store does not answer (503 with Retry-After)."""
+
+
 class BundleError(MetricSearchError):
     """A model bundle that is missing, malformed or of another schema version (startup error)."""
 

@@ -208,6 +208,14 @@ def _filter_value(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         ) from None
 
 
+def _filterable(key: str) -> str:
+    """The keys a filter can address (its schema's propertyNames): any other would be read as a payload path."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", key):
+        raise ValueError(f"metadata key {key!r} cannot be filtered on: use letters, digits, '_' and '-' only")
+    return key
+
+
+FilterKey = Annotated[Text, AfterValidator(_filterable)]
 FilterValue = Annotated[
     StrictBool | SafeInt | FiniteFloat | StrictStr | InFilter | RangeFilter, WrapValidator(_filter_value)
 ]
@@ -284,7 +292,7 @@ class SimilarRequest(_Body):
     k: Annotated[StrictInt, BeforeValidator(_json_integer)] = Field(
         10, ge=1, le=MAX_K, description=f"results wanted, 1 to {MAX_K}: a JSON integer (not 10.0 or 1e1)"
     )
-    filter: dict[Text, FilterValue] | None = Field(
+    filter: dict[FilterKey, FilterValue] | None = Field(
         None,
         max_length=MAX_FILTER_KEYS,
         description=FILTER_DESCRIPTION,
@@ -405,8 +413,12 @@ class ItemOut(BaseModel):
     metadata: dict[str, StoredValue]
 
 
+CODE_DESCRIPTION = "what kind of error, for a program to branch on (docs/api.md, 'Error codes')"
+
+
 class ProblemDetail(BaseModel):
     detail: str = Field(description="what went wrong and what to do about it")
+    code: str = Field(description=CODE_DESCRIPTION, examples=["unknown_id"])
 
 
 class BatchRequest(_Body):
@@ -422,6 +434,7 @@ class BatchRequest(_Body):
 
 class QueryError(BaseModel):
     status: int = Field(description="the HTTP status the query alone would have got")
+    code: str = Field(description=CODE_DESCRIPTION)
     detail: str = Field(description="what went wrong and what to do about it")
 
 
@@ -445,7 +458,7 @@ class DeleteRequest(_Body):
     )
 
     ids: list[ItemId] | None = Field(None, min_length=1, max_length=MAX_DELETE_IDS, description="items to delete")
-    filter: dict[Text, FilterValue] | None = Field(
+    filter: dict[FilterKey, FilterValue] | None = Field(
         None,
         min_length=1,
         max_length=MAX_FILTER_KEYS,

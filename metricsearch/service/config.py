@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 IndexType = Literal["keyword", "float", "bool"]
@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="port uvicorn binds")
     api_key: SecretStr | None = Field(None, description="key required on /index and DELETE; unset = writes open")
     read_api_key: SecretStr | None = Field(None, description="key required on reads; unset = reads open")
+    api_key_file: Path | None = Field(None, description="file holding api_key (a mounted secret); not with api_key")
+    read_api_key_file: Path | None = Field(
+        None, description="file holding read_api_key (a mounted secret); not with read_api_key"
+    )
     keep_alive_s: int = Field(75, gt=0, description="idle keep-alive connections are closed after this (uvicorn)")
     header_timeout_s: float = Field(
         10.0, gt=0, description="a request's headers must arrive within this; the connection is closed otherwise"
@@ -153,6 +157,27 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma-separated origins allowed by CORS; empty = no cross-origin access"
     )
+
+    @model_validator(mode="after")
+    def _read_key_files(self) -> Settings:
+        """A key from its file, read once at start-up: its content without surrounding whitespace (a trailing newline
+        included, which a header could not carry anyway)."""
+        for name in ("api_key", "read_api_key"):
+            path = getattr(self, f"{name}_file")
+            if path is None:
+                continue
+            if getattr(self, name) is not None:
+                raise ValueError(f"MS_{name.upper()} and MS_{name.upper()}_FILE are both set: set one of them")
+            try:
+                key = path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ValueError(f"MS_{name.upper()}_FILE {path} cannot be read: {exc.strerror}") from None
+            except UnicodeDecodeError:
+                raise ValueError(f"MS_{name.upper()}_FILE {path} is not UTF-8 text: write the key in it") from None
+            if not key:
+                raise ValueError(f"MS_{name.upper()}_FILE {path} is empty: write the key in it")
+            setattr(self, name, SecretStr(key))
+        return self
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -49,7 +49,8 @@ def test_every_call_against_a_real_service(service):
         assert len(brands) == 2 and len(set(brands)) == 2
         batch = client.similar_batch([{"text": "boots", "k": 1}, {"id": "nope"}])
         assert batch.answers[0].results[0].id == "c"
-        assert isinstance(batch.answers[1], QueryFailure) and batch.answers[1].error.status == 404
+        assert isinstance(batch.answers[1], QueryFailure)
+        assert (batch.answers[1].error.status, batch.answers[1].error.code) == (404, "unknown_id")
         assert client.get_item("d?1 x").title == "wool hat"  # quoted as one path segment
         assert client.model()["name"] == "tiny-bert" and client.ready()["items"] == len(ITEMS)
         assert client.delete(ids=["b", "zzz"]) == 1
@@ -57,7 +58,7 @@ def test_every_call_against_a_real_service(service):
         client.delete_item("d?1 x")
         with pytest.raises(ServiceError) as missing:
             client.get_item("d?1 x")
-        assert missing.value.status == 404 and "'d?1 x'" in missing.value.detail
+        assert (missing.value.status, missing.value.code) == (404, "unknown_id") and "'d?1 x'" in missing.value.detail
         with pytest.raises(ValidationError):  # checked by the same model before anything is sent
             client.similar(id="a", k=0)
 
@@ -65,7 +66,7 @@ def test_every_call_against_a_real_service(service):
 def test_a_wrong_key_is_raised_at_once(service):
     with Client(service.url, "wrong") as client, pytest.raises(ServiceError) as refused:
         client.index(ITEMS[:1])
-    assert refused.value.status == 403
+    assert (refused.value.status, refused.value.code) == (403, "forbidden")
 
 
 def test_async_client_against_a_real_service(service):
@@ -78,13 +79,14 @@ def test_async_client_against_a_real_service(service):
             assert await client.delete(ids=["a"]) == 1
             with pytest.raises(ServiceError) as missing:
                 await client.get_item("a")
-            return missing.value.status
+            return missing.value.status, missing.value.code
 
-    assert asyncio.run(run()) == 404
+    assert asyncio.run(run()) == (404, "unknown_id")
 
 
-def scripted(*answers):
-    """A transport answering each request with the next of `answers` (a status and headers, or an exception), and
+def scripted(*answers, code: str | None = None):
+    """A transport answering each request with the next of `answers` (a status and headers, or an exception; error
+    bodies carry `code` when one is given), and
     the list of the requests it got."""
     seen: list[httpx.Request] = []
     queue = list(answers)
@@ -96,6 +98,8 @@ def scripted(*answers):
             raise answer
         status, headers = answer
         body = {"indexed": 1, "unchanged": 0} if status == 200 else {"detail": f"status {status}"}
+        if status != 200 and code is not None:
+            body["code"] = code
         return httpx.Response(status, json=body, headers=headers)
 
     return httpx.MockTransport(handle), seen
@@ -113,6 +117,30 @@ def test_retries_429_and_503_after_their_retry_after_and_nothing_else():
         with Client("http://svc", transport=transport) as client, pytest.raises(ServiceError) as failed:
             client.index(ITEMS[:1])
         assert (len(seen), failed.value.status, failed.value.detail) == (1, status, f"status {status}")
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "retried"),
+    [
+        (503, "not_ready", True),
+        (503, "store_unavailable", True),
+        (503, "timed_out", True),
+        (429, "overloaded", True),
+        (409, "store_mismatch", False),  # another bundle's store: no retry will fix it
+        (503, "internal", False),  # a code the client does not retry, whatever the status
+    ],
+)
+def test_retries_follow_the_error_code(status, code, retried):
+    transport, seen = scripted((status, {"Retry-After": "0"}), (200, {}), code=code)
+    with Client("http://svc", transport=transport) as client:
+        if retried:
+            assert client.index(ITEMS[:1]).indexed == 1
+        else:
+            with pytest.raises(ServiceError) as failed:
+                client.index(ITEMS[:1])
+            assert (failed.value.status, failed.value.code) == (status, code)
+            assert str(failed.value) == f"{status} {code}: status {status}"
+    assert len(seen) == (2 if retried else 1)
 
 
 def test_gives_up_after_its_retries_or_its_patience():

@@ -84,7 +84,7 @@ def test_overlay_has_the_whole_deployment(overlay):
     (service,) = pod["containers"]
     assert service["image"] == f"registry.example.com/metricsearch:{overlay}"
     assert service["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert service["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert service["livenessProbe"]["httpGet"]["path"] == service["startupProbe"]["httpGet"]["path"] == "/livez"
     for key in ("requests", "limits"):
         assert {"cpu", "memory"} <= set(service["resources"][key]), key
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0

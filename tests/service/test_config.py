@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from metricsearch.service.config import Settings
 
@@ -25,6 +27,49 @@ def test_env_variables_override_defaults(monkeypatch):
     settings = Settings()
     assert settings.port == 9123
     assert settings.api_key.get_secret_value() == "s3cret" and "s3cret" not in repr(settings)
+
+
+def test_keys_are_read_from_their_files(monkeypatch, tmp_path):
+    (tmp_path / "write").write_text("w-s3cret\n")
+    (tmp_path / "read").write_text("r-s3cret")
+    monkeypatch.setenv("MS_API_KEY_FILE", str(tmp_path / "write"))
+    monkeypatch.setenv("MS_READ_API_KEY_FILE", str(tmp_path / "read"))
+    settings = Settings()
+    assert settings.api_key.get_secret_value() == "w-s3cret"  # without the newline `echo key > file` writes
+    assert settings.read_api_key.get_secret_value() == "r-s3cret"
+    assert "s3cret" not in repr(settings)
+
+
+@pytest.mark.parametrize(
+    ("env", "content", "message"),
+    [
+        ({"MS_API_KEY_FILE": "{missing}"}, None, "MS_API_KEY_FILE {missing} cannot be read"),
+        ({"MS_READ_API_KEY_FILE": "{file}"}, "\n", "MS_READ_API_KEY_FILE {file} is empty"),
+        ({"MS_API_KEY_FILE": "{file}"}, b"\xff\xfe", "MS_API_KEY_FILE {file} is not UTF-8 text"),
+        ({"MS_API_KEY_FILE": "{file}", "MS_API_KEY": "k"}, "k", "MS_API_KEY and MS_API_KEY_FILE are both set"),
+        ({"MS_READ_API_KEY_FILE": "{file}", "MS_READ_API_KEY": "k"}, "k", "MS_READ_API_KEY and MS_READ_API_KEY_FILE"),
+    ],
+    ids=["missing", "empty", "binary", "write-both", "read-both"],
+)
+def test_a_key_file_that_cannot_serve_is_an_error_naming_it(monkeypatch, tmp_path, env, content, message):
+    paths = {"missing": tmp_path / "absent" / "key", "file": tmp_path / "key"}
+    if isinstance(content, bytes):
+        paths["file"].write_bytes(content)
+    elif content is not None:
+        paths["file"].write_text(content)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value.format(**paths))
+    with pytest.raises(ValidationError, match=message.format(**paths)):
+        Settings()
+
+
+def test_serve_stops_at_start_up_on_a_missing_key_file(tmp_path):
+    missing = tmp_path / "secrets" / "api-key"
+    env = {**os.environ, "MS_API_KEY_FILE": str(missing), "COLUMNS": "500"}  # the message on one line
+    result = subprocess.run(
+        [sys.executable, "-m", "metricsearch.cli", "serve"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2 and f"MS_API_KEY_FILE {missing} cannot be read" in result.stderr, result.stderr
 
 
 def test_serving_path_imports_no_torch_trainer_or_export():

@@ -30,7 +30,7 @@ def test_unexpected_error_is_a_generic_500_without_traceback(tiny_bundle, tmp_pa
     with TestClient(create_app(runtime), raise_server_exceptions=False) as client, caplog.at_level(logging.ERROR):
         response = client.get("/items/sku-1")
     assert response.status_code == 500
-    assert response.json() == {"detail": "internal error: the service log has the details"}
+    assert response.json() == {"detail": "internal error: the service log has the details", "code": "internal"}
     for leak in (SECRET, "Traceback", "RuntimeError", "sku-1"):
         assert leak not in response.text
     assert SECRET in caplog.text  # the details are in the log, for the operator

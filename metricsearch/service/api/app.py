@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from metricsearch.service.api import errors
+from metricsearch.service.api import deps, errors
 from metricsearch.service.api.middleware import BodyLimitMiddleware, MetricsMiddleware
 from metricsearch.service.api.routes import router
 from metricsearch.service.runtime import Runtime
@@ -45,6 +45,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     app.include_router(router)
     errors.install(app)
+    deps.declare_open_routes(app)
     app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)
     app.add_middleware(
         BodyLimitMiddleware,

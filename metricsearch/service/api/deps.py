@@ -1,11 +1,13 @@
-"""Typed dependencies of the routes: the runtime built at start-up, and the API keys."""
+"""Typed dependencies of the routes: the runtime built at start-up, and the API keys, read through a declared
+security scheme (bearerAuth) so /openapi.json and /docs show which routes take a key and generated clients send it."""
 
 from __future__ import annotations
 
 import hmac
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, FastAPI, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 
 from metricsearch.core.errors import AuthForbiddenError, AuthMissingError
@@ -17,25 +19,53 @@ def get_runtime(request: Request) -> Runtime:
 
 
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+# auto_error=False: a missing key is ours to refuse (401 with WWW-Authenticate, and only where a key is set). Two
+# schemes, as there are two keys: /docs asks for each, and the document can say which one a route takes.
+write_bearer = HTTPBearer(auto_error=False, scheme_name="bearerAuth", description="MS_API_KEY: writes (it reads too)")
+read_bearer = HTTPBearer(
+    auto_error=False, scheme_name="readBearerAuth", description="MS_READ_API_KEY, or the write key: reads"
+)
+WriteCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(write_bearer)]
+ReadCredentials = Annotated[HTTPAuthorizationCredentials | None, Depends(read_bearer)]
 
 
-def _check_key(accepted: list[SecretStr], authorization: str | None, what: str) -> None:
+def _check_key(accepted: list[SecretStr], credentials: HTTPAuthorizationCredentials | None, what: str) -> None:
     """Constant-time comparison against every accepted key; the key is never echoed."""
-    scheme, _, given = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
+    if credentials is None:
         raise AuthMissingError(f"{what} need an API key: send 'Authorization: Bearer <key>'")
-    matches = [hmac.compare_digest(given.strip().encode(), key.get_secret_value().encode()) for key in accepted]
+    given = credentials.credentials.encode()
+    matches = [hmac.compare_digest(given, key.get_secret_value().encode()) for key in accepted]
     if not any(matches):
         raise AuthForbiddenError(f"the API key given is not valid for {what}")
 
 
-def require_write_key(runtime: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> None:
+def require_write_key(runtime: RuntimeDep, credentials: WriteCredentials) -> None:
     if runtime.settings.api_key is not None:
-        _check_key([runtime.settings.api_key], authorization, "writes")
+        _check_key([runtime.settings.api_key], credentials, "writes")
 
 
-def require_read_key(runtime: RuntimeDep, authorization: Annotated[str | None, Header()] = None) -> None:
+def require_read_key(runtime: RuntimeDep, credentials: ReadCredentials) -> None:
     """With a read key set, reads take it or the write key."""
     settings = runtime.settings
     if settings.read_api_key is not None:
-        _check_key([k for k in (settings.read_api_key, settings.api_key) if k is not None], authorization, "reads")
+        _check_key([k for k in (settings.read_api_key, settings.api_key) if k is not None], credentials, "reads")
+
+
+def declare_open_routes(app: FastAPI) -> None:
+    """The OpenAPI document states a scheme as optional (`{}` beside it) where its key is unset: those routes are
+    open then, and a generated client or a fuzzer need send no key; where a key is set it stays required."""
+    build = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            settings = app.state.runtime.settings
+            keys = {"bearerAuth": settings.api_key, "readBearerAuth": settings.read_api_key}
+            unset = {scheme for scheme, key in keys.items() if key is None}
+            for operations in build()["paths"].values():
+                for operation in operations.values():
+                    security = operation.get("security", [])
+                    if any(unset & set(requirement) for requirement in security):
+                        security.append({})
+        return app.openapi_schema
+
+    app.openapi = openapi

@@ -1,5 +1,6 @@
-"""The one place where domain errors become HTTP status codes, and every error body is `{"detail": "..."}`
-with a message a user can act on; never a stack trace."""
+"""The one place where domain errors become HTTP status codes and error codes: every error body is
+`{"detail": "...", "code": "..."}`, a message a user can act on (never a stack trace) and a code a program can branch
+on (docs/api.md, "Error codes", lists them)."""
 
 from __future__ import annotations
 
@@ -16,29 +17,36 @@ from metricsearch.service.api.body import CONTENT_TYPE_ERROR
 
 log = logging.getLogger(__name__)
 
-STATUS = {
-    errors.InvalidInputError: 400,
-    errors.AuthMissingError: 401,
-    errors.AuthForbiddenError: 403,
-    errors.NotFoundError: 404,
-    errors.StoreMismatchError: 409,
-    errors.PayloadTooLargeError: 413,
-    errors.OverloadedError: 429,
-    errors.StoreUnavailableError: 503,
-    errors.TimedOutError: 503,
-    errors.BundleError: 503,
+# First match wins: a subclass comes before its base.
+ANSWERS: dict[type[errors.MetricSearchError], tuple[int, str]] = {
+    errors.InvalidInputError: (400, "invalid_body"),
+    errors.AuthMissingError: (401, "unauthorized"),
+    errors.AuthForbiddenError: (403, "forbidden"),
+    errors.NotFoundError: (404, "unknown_id"),
+    errors.StoreMismatchError: (409, "store_mismatch"),
+    errors.PayloadTooLargeError: (413, "limit_exceeded"),
+    errors.OverloadedError: (429, "overloaded"),
+    errors.NotReadyError: (503, "not_ready"),
+    errors.StoreUnavailableError: (503, "store_unavailable"),
+    errors.TimedOutError: (503, "timed_out"),
+    errors.BundleError: (503, "not_ready"),
 }
+INTERNAL = (500, "internal")
+HTTP_CODES = {400: "invalid_body", 404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}
+"""Errors Starlette and FastAPI raise themselves: an unknown route or method, a body past the size cap while it
+streams in (middleware.py), a body they cannot read."""
 
 
-def status_of(exc: errors.MetricSearchError) -> int:
-    return next((code for kind, code in STATUS.items() if isinstance(exc, kind)), 500)
+def answer_of(exc: errors.MetricSearchError) -> tuple[int, str]:
+    """The HTTP status and error code of a domain error."""
+    return next((answer for kind, answer in ANSWERS.items() if isinstance(exc, kind)), INTERNAL)
 
 
-def problem(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+def problem(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
     # A detail may quote what the client sent (a metadata key in an error's location): never let a lone surrogate
     # in it turn the answer into an encoding error.
     detail = detail.encode("utf-8", "backslashreplace").decode("utf-8")
-    return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    return JSONResponse({"detail": detail, "code": code}, status_code=status, headers=headers)
 
 
 def _location(loc: tuple) -> str:
@@ -63,17 +71,19 @@ def _parse_error(problem: dict, body: object) -> str:
     return f"request body is {what}{where}: {SEND_JSON}"
 
 
-def describe_validation(exc: RequestValidationError) -> tuple[int, str]:
+def describe_validation(exc: RequestValidationError) -> tuple[int, str, str]:
+    """Status, error code and detail of a body that failed validation; the code is invalid_filter when the first
+    problem named is in the filter."""
     problems = exc.errors()
     content_type = next((p for p in problems if p.get("type") == CONTENT_TYPE_ERROR), None)
     if content_type is not None:
         given = f"got {content_type['input']!r}" if content_type.get("input") else "none was given"
-        return 415, f"the body must be JSON: send Content-Type: application/json ({given})"
+        return 415, "unsupported_media_type", f"the body must be JSON: send Content-Type: application/json ({given})"
     invalid = next((p for p in problems if p.get("type") == "json_invalid"), None)
     if invalid is not None:
-        return 400, _parse_error(invalid, exc.body)
+        return 400, "invalid_body", _parse_error(invalid, exc.body)
     if any(p.get("type") == "missing" and tuple(p.get("loc", ())) == ("body",) for p in problems):
-        return 400, f"request body is empty: {SEND_JSON}"
+        return 400, "invalid_body", f"request body is empty: {SEND_JSON}"
     parts = []
     for p in problems[:10]:
         message = p.get("msg", "invalid").removeprefix("Value error, ")
@@ -81,19 +91,21 @@ def describe_validation(exc: RequestValidationError) -> tuple[int, str]:
             message = "unknown field: remove it (see /docs for the fields this endpoint takes)"
         parts.append(f"{_location(tuple(p.get('loc', ())))}: {message}")
     more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
-    return 422, "; ".join(parts) + more
+    first = [part for part in problems[0].get("loc", ()) if part != "body"] if problems else []
+    code = "invalid_filter" if first[:1] == ["filter"] else "invalid_body"
+    return 422, code, "; ".join(parts) + more
 
 
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.MetricSearchError)
     async def _domain(request: Request, exc: errors.MetricSearchError) -> JSONResponse:
-        status = status_of(exc)
+        status, code = answer_of(exc)
         # Overloaded, or Qdrant down or restarting: a retry soon may get through (the service reconnects by itself).
         retry = isinstance(exc, errors.OverloadedError | errors.TimedOutError | errors.StoreUnavailableError)
         headers = {"Retry-After": str(exc.retry_after_s)} if retry else None
         if status == 401:
             headers = {"WWW-Authenticate": "Bearer"}
-        return problem(status, str(exc), headers)
+        return problem(status, code, str(exc), headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -107,9 +119,10 @@ def install(app: FastAPI) -> None:
             paths = app.openapi()["paths"]
             allowed = next((ops for path, ops in paths.items() if compile_path(path)[0].match(request.url.path)), {})
             headers = {"Allow": ", ".join(sorted(m.upper() for m in allowed))}
-        return problem(exc.status_code, str(exc.detail), headers)
+        code = HTTP_CODES.get(exc.status_code, "internal" if exc.status_code >= 500 else "invalid_body")
+        return problem(exc.status_code, code, str(exc.detail), headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", extra={"path": request.url.path})
-        return problem(500, "internal error: the service log has the details")
+        return problem(*INTERNAL, "internal error: the service log has the details")

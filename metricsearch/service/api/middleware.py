@@ -50,7 +50,7 @@ class BodyLimitMiddleware:
     async def _refuse(self, send: Send, detail: str) -> None:
         """Answer, then close the connection rather than read and discard the declared body: draining 8 parallel
         7.9 MB bodies kept the event loop busy enough to delay /healthz by 50-150 ms."""
-        body = orjson.dumps({"detail": detail})
+        body = orjson.dumps({"detail": detail, "code": "body_too_large"})
         await send(
             {
                 "type": "http.response.start",

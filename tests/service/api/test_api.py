@@ -210,8 +210,35 @@ def test_writes_need_the_key(anonymous, service):
     assert anonymous.post("/similar", json={"id": "p1"}).status_code == 200  # reads are open without a read key
 
 
+WRITES = [("/index", "post"), ("/items/{item_id}", "delete"), ("/items/delete", "post")]
+READS = [("/items/{item_id}", "get"), ("/similar", "post"), ("/similar/batch", "post")]
+
+
+def test_openapi_declares_the_bearer_scheme_on_routes_that_take_a_key(anonymous):
+    document = anonymous.get("/openapi.json").json()
+    schemes = document["components"]["securitySchemes"]
+    for name in ("bearerAuth", "readBearerAuth"):
+        assert schemes[name] | {"description": ""} == {"type": "http", "scheme": "bearer", "description": ""}
+    paths = document["paths"]
+    for path, method in WRITES:  # MS_API_KEY is set: required
+        assert paths[path][method]["security"] == [{"bearerAuth": []}], (path, method)
+    for path, method in READS:  # no read key: declared, and optional
+        assert paths[path][method]["security"] == [{"readBearerAuth": []}, {}], (path, method)
+    for path in ("/livez", "/healthz", "/readyz", "/model", "/metrics"):
+        assert "security" not in paths[path]["get"], path
+
+
+def test_keys_are_read_as_bearer_credentials_whatever_the_spacing_or_case(anonymous):
+    item = {"items": [{"id": "spaced", "title": "t"}]}
+    assert anonymous.post("/index", json=item, headers={"Authorization": f"bearer   {KEY}"}).status_code == 200
+    for header in ("Bearer", f"Basic {KEY}", KEY):
+        refused = anonymous.post("/index", json=item, headers={"Authorization": header})
+        assert (refused.status_code, refused.json()["code"]) == (401, "unauthorized"), header
+    assert anonymous.delete("/items/spaced", headers={"Authorization": f"Bearer {KEY}"}).status_code == 204
+
+
 def test_ops_endpoints(anonymous):
-    assert anonymous.get("/healthz").json() == {"status": "ok"}
+    assert anonymous.get("/healthz").json() == anonymous.get("/livez").json() == {"status": "ok"}
     ready = anonymous.get("/readyz").json()
     assert ready["status"] == "ready" and ready["items"] >= len(ITEMS)
     manifest = anonymous.get("/model").json()
@@ -232,5 +259,8 @@ def test_read_key_when_configured(tiny_bundle, tmp_path):
         ok = httpx.post(f"{process.url}/similar", json={"text": "x"}, headers={"Authorization": "Bearer reader"})
         assert ok.status_code == 200
         assert httpx.get(f"{process.url}/healthz").status_code == 200
+        paths = httpx.get(f"{process.url}/openapi.json").json()["paths"]
+        for (path, method), scheme in [(w, "bearerAuth") for w in WRITES] + [(r, "readBearerAuth") for r in READS]:
+            assert paths[path][method]["security"] == [{scheme: []}], (path, method)  # both keys set: required
     finally:
         process.stop()

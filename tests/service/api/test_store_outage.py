@@ -23,6 +23,7 @@ def test_service_starts_unready_and_answers_503_while_qdrant_is_down(service_wit
     service, qdrant = service_without_qdrant
     with service.client() as client:
         assert client.get("/healthz").status_code == 200
+        assert client.get("/livez").json() == {"status": "ok"}  # liveness never asks the store
 
         ready = client.get("/readyz")
         assert ready.status_code == 503 and ready.headers["Retry-After"]

@@ -24,7 +24,7 @@ from metricsearch.core.schemas import (
 )
 from metricsearch.service.api.body import JSONRoute
 from metricsearch.service.api.deps import RuntimeDep
-from metricsearch.service.api.errors import describe_validation, status_of
+from metricsearch.service.api.errors import answer_of, describe_validation
 from metricsearch.service.api.routes.common import ERRORS, ReadKey, check_text_limits
 from metricsearch.service.recommend import Probe
 from metricsearch.service.runtime import Runtime
@@ -38,8 +38,8 @@ its status and Retry-After, since every query would meet it."""
 
 @router.post("/similar/batch", response_model=BatchResponse, dependencies=[ReadKey])
 async def similar_batch(body: BatchRequest, runtime: RuntimeDep) -> BatchResponse:
-    """Several /similar queries in one call: `answers[i]` is query i's answer, or `{"error": {"status", "detail"}}`
-    with the status it would have got alone."""
+    """Several /similar queries in one call: `answers[i]` is query i's answer, or
+    `{"error": {"status", "code", "detail"}}` with the status and code it would have got alone."""
     answers: list[SimilarResponse | QueryFailure | None] = [None] * len(body.queries)
     requests: dict[int, SimilarRequest] = {}
     for n, raw in enumerate(body.queries):
@@ -48,11 +48,11 @@ async def similar_batch(body: BatchRequest, runtime: RuntimeDep) -> BatchRespons
             if request.id is None and request.positive_ids is None:
                 check_text_limits(runtime, request.title, request.text or request.description, f"queries.{n}")
         except ValidationError as exc:
-            status, detail = describe_validation(RequestValidationError(exc.errors()))
-            answers[n] = _failure(status, f"queries.{n}: {detail}")
+            status, code, detail = describe_validation(RequestValidationError(exc.errors()))
+            answers[n] = _failure(status, code, f"queries.{n}: {detail}")
             continue
         except PayloadTooLargeError as exc:
-            answers[n] = _failure(413, str(exc))
+            answers[n] = _failure(*answer_of(exc), str(exc))
             continue
         requests[n] = request
     texts = {n: r for n, r in requests.items() if r.id is None and r.positive_ids is None}
@@ -78,7 +78,7 @@ def _answer(runtime: Runtime, request: SimilarRequest, text: tuple | None) -> Si
             vectors, terms = text
             matches = runtime.catalog.similar(vectors, request.k, request.conditions(), request.exclude_ids, terms)
     except QUERY_FAULTS as exc:
-        return _failure(status_of(exc), str(exc))
+        return _failure(*answer_of(exc), str(exc))
     took_ms = round((time.perf_counter() - started) * 1000, 3)
     return SimilarResponse(results=_results(matches), model=runtime.bundle.manifest.name, took_ms=took_ms)
 
@@ -90,5 +90,5 @@ def _results(matches: list[Match]) -> list[SimilarResult]:
     ]
 
 
-def _failure(status: int, detail: str) -> QueryFailure:
-    return QueryFailure(error=QueryError(status=status, detail=detail))
+def _failure(status: int, code: str, detail: str) -> QueryFailure:
+    return QueryFailure(error=QueryError(status=status, code=code, detail=detail))

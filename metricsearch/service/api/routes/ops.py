@@ -5,16 +5,19 @@ from __future__ import annotations
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from metricsearch.core.errors import StoreUnavailableError
+from metricsearch.core.errors import NotReadyError
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS
 
 router = APIRouter(responses=ERRORS, tags=["ops"])
 
 
+@router.get("/livez")
 @router.get("/healthz")
 async def healthz() -> dict[str, str]:
-    """Liveness: the process answers. On the event loop, so it needs no worker thread (all may wait on Qdrant)."""
+    """Liveness: the process answers, whatever the store does (never touched here). On the event loop, so it needs
+    no worker thread (all may wait on Qdrant). /livez is Kubernetes' name beside /readyz; /healthz stays for the
+    image's HEALTHCHECK and existing probes."""
     return {"status": "ok"}
 
 
@@ -23,7 +26,7 @@ def readyz(runtime: RuntimeDep) -> dict[str, str | int]:
     """Readiness: the bundle is loaded and the store answers (each probe retries a store that was down)."""
     problem = runtime.store.readiness()
     if problem is not None:
-        raise StoreUnavailableError(f"not ready: {problem}; each probe retries")
+        raise NotReadyError(f"not ready: {problem}; each probe retries")
     return {"status": "ready", "model": runtime.bundle.manifest.name, "items": runtime.store.count()}
 
 
