@@ -7,9 +7,10 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp
 
 from metricsearch.service.api import errors
-from metricsearch.service.api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from metricsearch.service.api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
 from metricsearch.service.api.routes import router
 from metricsearch.service.runtime import Runtime
 
@@ -26,6 +27,12 @@ def app_from_environment() -> FastAPI:
     return create_app(build_runtime(settings))
 
 
+class _App(FastAPI):
+    def build_middleware_stack(self) -> ASGIApp:
+        """The request id outside Starlette's outermost (error) middleware, which add_middleware cannot reach."""
+        return RequestIdMiddleware(super().build_middleware_stack())
+
+
 def create_app(runtime: Runtime) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -36,7 +43,7 @@ def create_app(runtime: Runtime) -> FastAPI:
             await runtime.batcher.stop()
             runtime.close()
 
-    app = FastAPI(
+    app = _App(
         title="metricsearch",
         summary="More like this: item-to-item and text similarity search on learned text metrics",
         version="0.1.0",
