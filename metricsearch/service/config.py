@@ -138,3 +138,21 @@ class Settings(BaseSettings):
         description="refuse a reduced-precision bundle whose recorded top-10 neighbour overlap with fp32 is lower, or "
         "that records none (0 serves it unmeasured)",
     )
+
+
+class TracingSettings(BaseSettings):
+    """OpenTelemetry's own variables that decide whether to trace at all (not MS_ settings: operators set them alike
+    for every service). The SDK reads the rest itself: the endpoint's details, headers, sampler, service name."""
+
+    model_config = SettingsConfigDict(env_prefix="OTEL_", extra="ignore")
+
+    sdk_disabled: bool = False
+    traces_exporter: str = "otlp"
+    exporter_otlp_endpoint: str | None = None
+    exporter_otlp_traces_endpoint: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Off unless an OTLP endpoint is set: no SDK is loaded, and every span is the API's no-op."""
+        endpoint = self.exporter_otlp_traces_endpoint or self.exporter_otlp_endpoint
+        return bool(endpoint) and not self.sdk_disabled and self.traces_exporter != "none"

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.types import ASGIApp
+from starlette.types import Receive, Scope, Send
 
 from metricsearch.service.api import errors
 from metricsearch.service.api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
 from metricsearch.service.api.routes import router
 from metricsearch.service.runtime import Runtime
+from metricsearch.service.tracing import install_tracing
 
 
 def app_from_environment() -> FastAPI:
@@ -28,9 +30,16 @@ def app_from_environment() -> FastAPI:
 
 
 class _App(FastAPI):
-    def build_middleware_stack(self) -> ASGIApp:
-        """The request id outside Starlette's outermost (error) middleware, which add_middleware cannot reach."""
-        return RequestIdMiddleware(super().build_middleware_stack())
+    """FastAPI with request ids outside Starlette's outermost (error) middleware, which add_middleware cannot reach,
+    so a 500's answer and its "unhandled error" line carry the id too. Around the call, not in the middleware stack,
+    whose shape OpenTelemetry's instrumentation rebuilds."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._with_request_id = RequestIdMiddleware(super().__call__)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._with_request_id(scope, receive, send)
 
 
 def create_app(runtime: Runtime) -> FastAPI:
@@ -64,6 +73,8 @@ def create_app(runtime: Runtime) -> FastAPI:
             CORSMiddleware,
             allow_origins=runtime.settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID"],
         )
+    install_tracing(app)
     return app

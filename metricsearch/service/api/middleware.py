@@ -22,8 +22,8 @@ _SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._~:+=@/-]{1,128}")
 
 class RequestIdMiddleware:
     """Each request's id, the client's `X-Request-ID` when it is sane else a generated one: in the answer's
-    `X-Request-ID` and, through `logs.request_id`, in every log line written while handling it. Outermost (around
-    Starlette's error middleware), so a 500's answer and its "unhandled error" line carry the id too."""
+    `X-Request-ID` and, through `logs.request_id`, in every log line written while handling it (api/app.py puts it
+    outermost)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

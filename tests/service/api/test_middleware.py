@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import io
 import logging
-import threading
-import time
 from collections.abc import Iterator
 
 import httpx
 import orjson
 import pytest
-import uvicorn
 
 from metricsearch.service.api.app import create_app
 from metricsearch.service.config import Settings
 from metricsearch.service.logs import JsonFormatter
-from metricsearch.service.process import free_port
 from metricsearch.service.runtime import build_runtime
+from tests.service.serving import serving
 
 log = logging.getLogger("tests.request_id")
 
@@ -41,16 +38,8 @@ def url(tiny_bundle, tmp_path_factory) -> Iterator[str]:
     async def fails() -> dict:
         raise RuntimeError("a bug")
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(app) as base:
+        yield base
 
 
 @pytest.fixture
