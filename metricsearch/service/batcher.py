@@ -92,6 +92,10 @@ class QueryBatcher:
             ) from None
         return await pending.future
 
+    def waiting(self) -> int:
+        """Text queries waiting to be encoded (the queue, and one carried over to the next batch)."""
+        return self._queue.qsize() + (self._carry is not None)
+
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._run(), name="query-batcher")
 

@@ -11,7 +11,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from starlette.types import Receive, Scope, Send
 
 from metricsearch.service.api import errors
-from metricsearch.service.api.middleware import BodyLimitMiddleware, MetricsMiddleware, RequestIdMiddleware
+from metricsearch.service.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from metricsearch.service.api.routes import router
 from metricsearch.service.runtime import Runtime
 from metricsearch.service.tracing import install_tracing
@@ -61,7 +61,7 @@ def create_app(runtime: Runtime) -> FastAPI:
     app.state.runtime = runtime
     app.include_router(router)
     errors.install(app)
-    app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)
+    runtime.metrics.http().instrument(app)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=runtime.settings.max_body_bytes,

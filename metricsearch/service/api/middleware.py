@@ -1,10 +1,9 @@
-"""Pure ASGI middleware (cheaper than BaseHTTPMiddleware on the hot path): request ids, request latency metrics,
-and the body-size cap enforced before any parsing."""
+"""Pure ASGI middleware (cheaper than BaseHTTPMiddleware on the hot path): request ids, and the body-size cap
+enforced before any parsing."""
 
 from __future__ import annotations
 
 import re
-import time
 import uuid
 
 import orjson
@@ -12,7 +11,6 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from metricsearch.service.logs import request_id
-from metricsearch.service.metrics import Metrics
 
 REQUEST_ID_HEADER = b"x-request-id"
 # What a proxy's or client's id looks like (UUIDs, hex, base64, `Root=1-...`); anything else, or longer, is replaced
@@ -97,34 +95,3 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body})
-
-
-class MetricsMiddleware:
-    """Latency histogram by route template (not raw path, so ids do not explode the label set)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = time.perf_counter()
-        status = 500
-
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, capture)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", "unmatched")
-            self.metrics.request_seconds.labels(template, scope["method"], str(status)).observe(
-                time.perf_counter() - started
-            )
-            if status >= 400:
-                self.metrics.rejected.labels(str(status)).inc()
