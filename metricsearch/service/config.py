@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 
@@ -138,6 +138,20 @@ class Settings(BaseSettings):
         description="refuse a reduced-precision bundle whose recorded top-10 neighbour overlap with fp32 is lower, or "
         "that records none (0 serves it unmeasured)",
     )
+
+    # --- metrics on a port of their own (docs/operations.md: "Observability")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="port serving /metrics on MS_HOST instead of the API port; unset = API port"
+    )
+
+    @model_validator(mode="after")
+    def _metrics_port_alone(self) -> Settings:
+        if self.metrics_port is not None and self.metrics_port == self.port:
+            raise ValueError(f"MS_METRICS_PORT {self.metrics_port} is MS_PORT: give the metrics another port")
+        if self.metrics_port is not None and self.workers > 1:
+            # Each worker process has its own registry and would bind the port again.
+            raise ValueError("MS_METRICS_PORT serves one process's metrics: use it with MS_WORKERS=1")
+        return self
 
 
 class TracingSettings(BaseSettings):

@@ -4,9 +4,10 @@ ours for what it cannot see (the query queue, the caches, the encoder's batches,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_fastapi_instrumentator import Instrumentator
 from prometheus_fastapi_instrumentator import metrics as http
 
@@ -45,6 +46,18 @@ class Metrics:
             "text queries waiting to be encoded (429 at MS_QUERY_QUEUE_SIZE)",
             registry=self.registry,
         )
+
+    @contextmanager
+    def served_on(self, host: str, port: int) -> Iterator[None]:
+        """These metrics on a port of their own (MS_METRICS_PORT), by prometheus_client's HTTP server in a thread, so
+        a NetworkPolicy can open it to Prometheus alone; a port already taken fails the start-up."""
+        server, thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            yield
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join()
 
     def http(self) -> Instrumentator:
         """`http_requests_total` and `http_request_duration_seconds` by handler (the route template, "none" for a

@@ -8,6 +8,9 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from metricsearch.service.api import errors
@@ -42,12 +45,22 @@ class _App(FastAPI):
         await self._with_request_id(scope, receive, send)
 
 
+async def _served_elsewhere(request: Request) -> Response:
+    raise StarletteHTTPException(404)
+
+
 def create_app(runtime: Runtime) -> FastAPI:
+    settings = runtime.settings
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime.batcher.start()
         try:
-            yield
+            if settings.metrics_port is None:
+                yield
+            else:
+                with runtime.metrics.served_on(settings.host, settings.metrics_port):
+                    yield
         finally:
             await runtime.batcher.stop()
             runtime.close()
@@ -59,19 +72,22 @@ def create_app(runtime: Runtime) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    if settings.metrics_port is not None:
+        # Matched before routes/ops.py's /metrics: on the API port it is then an unknown path, like any other.
+        app.add_route("/metrics", _served_elsewhere, include_in_schema=False)
     app.include_router(router)
     errors.install(app)
     runtime.metrics.http().instrument(app)
     app.add_middleware(
         BodyLimitMiddleware,
-        max_bytes=runtime.settings.max_body_bytes,
-        max_query_bytes=runtime.settings.max_query_body_bytes,
+        max_bytes=settings.max_body_bytes,
+        max_query_bytes=settings.max_query_body_bytes,
     )
-    if runtime.settings.cors_origins:
+    if settings.cors_origins:
         # Closed unless origins are listed: a browser page elsewhere may then call the API, never with cookies.
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=runtime.settings.cors_origins,
+            allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID"],
