@@ -22,6 +22,7 @@ from metricsearch.core import second_order
 from metricsearch.core.bundle import Bundle
 from metricsearch.core.errors import BundleError
 from metricsearch.core.scoring import normalize_rows
+from metricsearch.core.spans import span
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,8 @@ class Encoder:
         batches of similar length."""
         if not texts:
             return np.zeros((0, self.width), dtype=np.float32)
-        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
+        with span("tokenize", texts=len(texts)):
+            encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
         order = np.argsort([len(e.ids) for e in encodings], kind="stable")
         out = np.empty((len(texts), self.width), dtype=np.float32)
         for start in range(0, len(order), batch_size):

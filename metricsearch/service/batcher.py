@@ -9,6 +9,7 @@ dropped before encoding, so an overloaded encoder never spends its time on answe
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +28,9 @@ class _Pending:
     texts: list[str]
     tokens: int
     future: asyncio.Future
+    # The request's context (its trace span, its request id), in which its batch's encoder call runs when it is the
+    # batch's first: the encoder's spans and log lines then belong to one request that waited for them.
+    context: contextvars.Context
 
 
 class QueryBatcher:
@@ -78,7 +82,8 @@ class QueryBatcher:
 
     async def _enqueue(self, texts: list[str]) -> np.ndarray:
         loop = asyncio.get_running_loop()
-        pending = _Pending(texts, sum(self._estimate_tokens(t) for t in texts), loop.create_future())
+        tokens = sum(self._estimate_tokens(t) for t in texts)
+        pending = _Pending(texts, tokens, loop.create_future(), contextvars.copy_context())
         try:
             self._queue.put_nowait(pending)
         except asyncio.QueueFull:
@@ -86,6 +91,10 @@ class QueryBatcher:
                 f"{self._queue.maxsize} text queries are already waiting to be encoded; retry shortly", 1
             ) from None
         return await pending.future
+
+    def waiting(self) -> int:
+        """Text queries waiting to be encoded (the queue, and one carried over to the next batch)."""
+        return self._queue.qsize() + (self._carry is not None)
 
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._run(), name="query-batcher")
@@ -143,7 +152,7 @@ class QueryBatcher:
             texts = [t for p in batch for t in p.texts]
             self._on_batch(len(texts))
             try:
-                vectors = await loop.run_in_executor(self._executor, self._encode, texts)
+                vectors = await loop.run_in_executor(self._executor, batch[0].context.run, self._encode, texts)
             except Exception as exc:  # handed to every waiting request; the worker keeps serving
                 for p in batch:
                     if not p.future.done():

@@ -22,6 +22,7 @@ from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats
 from metricsearch.core.lexical import WHOLE_TEXT, SparseVector, lexical_fields
 from metricsearch.core.records import Item, Match, point_id
 from metricsearch.core.rerank import FieldVectors, Reranker
+from metricsearch.core.spans import span
 from metricsearch.encoder import Encoder
 from metricsearch.service.store.base import Condition, SearchResult, Store, StoredItem, VectorSchema
 from metricsearch.service.store.payload import same_metadata
@@ -306,13 +307,15 @@ class Catalog:
             raise InvalidInputError("k must be at least 1")
         ann = self.ann_vector(query)
         limit = self.candidate_limit(k)
-        found = self.store.search(ann, limit, conditions, exclude_ids, lexical=self._prefetched(terms))
+        with span("store.query", limit=limit):
+            found = self.store.search(ann, limit, conditions, exclude_ids, lexical=self._prefetched(terms))
         if not found.listings:
             return []
-        candidates = self._stored(found.vectors)
-        lexical = None if terms is None else self._lexical(terms, candidates.present, found.points)
-        stats = self.stats() if self.rerank.needs_stats else None
-        ranked = self.rerank(query, candidates, lexical, stats)
+        with span("rerank", candidates=len(found.listings)):
+            candidates = self._stored(found.vectors)
+            lexical = None if terms is None else self._lexical(terms, candidates.present, found.points)
+            stats = self.stats() if self.rerank.needs_stats else None
+            ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
         # the text it replaced (a second read of the payloads would allow that).
         matches = []

@@ -207,3 +207,35 @@ class Settings(BaseSettings):
         description="refuse a reduced-precision bundle whose recorded top-10 neighbour overlap with fp32 is lower, or "
         "that records none (0 serves it unmeasured)",
     )
+
+    # --- metrics on a port of their own (docs/operations.md: "Observability")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="port serving /metrics on MS_HOST instead of the API port; unset = API port"
+    )
+
+    @model_validator(mode="after")
+    def _metrics_port_alone(self) -> Settings:
+        if self.metrics_port is not None and self.metrics_port == self.port:
+            raise ValueError(f"MS_METRICS_PORT {self.metrics_port} is MS_PORT: give the metrics another port")
+        if self.metrics_port is not None and self.workers > 1:
+            # Each worker process has its own registry and would bind the port again.
+            raise ValueError("MS_METRICS_PORT serves one process's metrics: use it with MS_WORKERS=1")
+        return self
+
+
+class TracingSettings(BaseSettings):
+    """OpenTelemetry's own variables that decide whether to trace at all (not MS_ settings: operators set them alike
+    for every service). The SDK reads the rest itself: the endpoint's details, headers, sampler, service name."""
+
+    model_config = SettingsConfigDict(env_prefix="OTEL_", extra="ignore")
+
+    sdk_disabled: bool = False
+    traces_exporter: str = "otlp"
+    exporter_otlp_endpoint: str | None = None
+    exporter_otlp_traces_endpoint: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        """Off unless an OTLP endpoint is set: no SDK is loaded, and every span is the API's no-op."""
+        endpoint = self.exporter_otlp_traces_endpoint or self.exporter_otlp_endpoint
+        return bool(endpoint) and not self.sdk_disabled and self.traces_exporter != "none"

@@ -93,6 +93,7 @@ def build_runtime(settings: Settings) -> Runtime:
             max_bytes=int(settings.embedding_cache_mb * 2**20),
         ),
     )
+    metrics.queue_depth.set_function(batcher.waiting)
     log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": _item_count(store)})
     # A server's calls wait on the network: off the event loop, as many at once as the store lets wait on Qdrant.
     threads = settings.qdrant_max_in_flight if settings.qdrant_url else None

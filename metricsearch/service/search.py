@@ -18,6 +18,7 @@ from metricsearch.core.errors import StoreUnavailableError, TimedOutError
 from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import Match
 from metricsearch.core.rerank import FieldVectors
+from metricsearch.core.spans import span
 from metricsearch.service.batcher import QueryBatcher
 from metricsearch.service.cache import AnswerCache
 from metricsearch.service.catalog import Catalog
@@ -109,7 +110,8 @@ class Search:
         queries is one encoder call, shared with whatever else is waiting)."""
         texts = [self.catalog.query_texts(q.text, q.title, q.description) for q in queries]
         try:
-            encoded = await asyncio.wait_for(self.batcher.encode([t for ts in texts for t in ts]), self.timeout_s)
+            with span("encode", texts=sum(map(len, texts))):
+                encoded = await asyncio.wait_for(self.batcher.encode([t for ts in texts for t in ts]), self.timeout_s)
         except TimeoutError:
             raise TimedOutError(
                 f"the query waited over {self.timeout_s:g} s (MS_REQUEST_TIMEOUT_S) for the encoder, which is "

@@ -3,8 +3,9 @@ the deployment files set.
 
 Rendering uses `kubectl kustomize` (or a `kustomize` binary) when one is on PATH. Without either, `render` falls
 back to a small merge that covers what our kustomizations use, and no more: `resources` (files and folders),
-`labels` pairs (metadata only), `images` (newName/newTag by image name) and `patches` given by path, merged as a
-strategic merge patch would merge ours (maps recursively, lists of maps by their `name`). A test compares the
+`components` (their resources added, their patches applied to everything so far), `labels` pairs (metadata only),
+`images` (newName/newTag by image name) and `patches` given by path, merged as a strategic merge patch would merge
+ours (maps recursively, lists of maps by their `name`, new items first as kustomize puts them). A test compares the
 fallback with kubectl's output wherever kubectl exists."""
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ K8S = ROOT / "k8s"
 DOCKER = ROOT / "docker"
 # The parts of the metricsearch package the service images leave out (.dockerignore): they need torch.
 OFFLINE_PARTS = ("trainer", "export", "evaluation")
-KUSTOMIZATIONS = [K8S / "overlays" / "cpu", K8S / "overlays" / "gpu", K8S / "loadtest"]
+KUSTOMIZATIONS = [
+    K8S / "overlays" / "cpu",
+    K8S / "overlays" / "gpu",
+    K8S / "overlays" / "cpu-monitoring",
+    K8S / "loadtest",
+]
 MS_VARIABLE = re.compile(r"\bMS_[A-Z0-9_]+\b")
 
 
@@ -48,16 +54,21 @@ def render(folder: Path) -> list[dict]:
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-def merge_render(folder: Path) -> list[dict]:
+def merge_render(folder: Path, patched: list[dict] = ()) -> list[dict]:
+    """A kustomization's resources; `patched`: for a component, the resources its patches may change as well."""
     kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     resources: list[dict] = []
     for entry in kustomization.get("resources", []):
         path = folder / entry
         resources += merge_render(path) if path.is_dir() else load_all(path)
+    for component in kustomization.get("components", []):
+        resources += merge_render(folder / component, resources)
     for patch_entry in kustomization.get("patches", []):
         for patch in load_all(folder / patch_entry["path"]):
             target = next(
-                r for r in resources if (r["kind"], r["metadata"]["name"]) == (patch["kind"], patch["metadata"]["name"])
+                r
+                for r in (*resources, *patched)
+                if (r["kind"], r["metadata"]["name"]) == (patch["kind"], patch["metadata"]["name"])
             )
             _merge(target, patch)
     for pairs in (entry["pairs"] for entry in kustomization.get("labels", [])):
@@ -78,11 +89,13 @@ def _merge(target: dict, patch: dict) -> None:
             _merge(target[key], value)
         elif isinstance(value, list) and isinstance(target.get(key), list) and all("name" in v for v in value):
             by_name = {item.get("name"): item for item in target[key]}
+            new = []
             for item in value:
                 if item["name"] in by_name:
                     _merge(by_name[item["name"]], item)
                 else:
-                    target[key].append(copy.deepcopy(item))
+                    new.append(copy.deepcopy(item))
+            target[key][:0] = new
         else:
             target[key] = copy.deepcopy(value)
 

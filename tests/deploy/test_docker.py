@@ -96,3 +96,15 @@ def test_compose_loadtest_profile_runs_locust_headless_and_bounded():
     assert "--host=http://metricsearch:8000" in args and "--run-time=" in args and "--stop-timeout=" in args
     assert 'ENTRYPOINT ["locust", "-f", "/loadtest/locustfile.py", "--headless"]' in stages()["loadtest"]
     assert "readyz" in " ".join(COMPOSE["services"]["metricsearch"]["healthcheck"]["test"])
+
+
+def test_compose_tracing_profile_runs_jaeger_and_the_service_traces_only_when_asked():
+    jaeger = COMPOSE["services"]["jaeger"]
+    assert jaeger["profiles"] == ["tracing"]
+    assert re.fullmatch(r"jaegertracing/jaeger:\d+\.\d+\.\d+", jaeger["image"]), jaeger["image"]
+    assert jaeger["ports"] == ["127.0.0.1:16686:16686"], "the UI on the host's loopback only; OTLP stays inside"
+    assert "--set=receivers.otlp.protocols.http.endpoint=0.0.0.0:4318" in jaeger["command"]
+    environment = COMPOSE["services"]["metricsearch"]["environment"]
+    # Empty unless the caller sets it: tracing stays off in a plain `docker compose up`.
+    assert environment["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${OTEL_EXPORTER_OTLP_ENDPOINT:-}"
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://jaeger:4318" in (DOCKER / "compose.yaml").read_text()

@@ -64,7 +64,7 @@ def test_token_budget_splits_batches():
     assert sum(len(c) for c in encoder.calls) == 6
 
 
-def test_full_queue_is_refused():
+def test_full_queue_is_refused_and_its_depth_is_reported():
     gate = threading.Event()
     encoder = RecordingEncoder(gate)
 
@@ -73,12 +73,15 @@ def test_full_queue_is_refused():
         batcher.start()
         first = asyncio.ensure_future(batcher.encode(["held"]))
         await asyncio.sleep(0.05)  # the worker took it and blocks in the encoder
+        assert batcher.waiting() == 0  # the held one is being encoded, not waiting
         waiting = [asyncio.ensure_future(batcher.encode(["w"])) for _ in range(2)]
         await asyncio.sleep(0)
+        assert batcher.waiting() == 2  # what /metrics reports as metricsearch_query_queue_depth
         with pytest.raises(OverloadedError, match="retry"):
             await batcher.encode(["one too many"])
         gate.set()
         await asyncio.gather(first, *waiting)
+        assert batcher.waiting() == 0
         await batcher.stop()
 
     asyncio.run(run())

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from metricsearch.service.api import deps, errors
-from metricsearch.service.api.middleware import BodyLimitMiddleware, MetricsMiddleware
+from metricsearch.service.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from metricsearch.service.api.routes import router
 from metricsearch.service.runtime import Runtime
+from metricsearch.service.tracing import install_tracing
 
 
 def app_from_environment() -> FastAPI:
@@ -26,38 +32,66 @@ def app_from_environment() -> FastAPI:
     return create_app(build_runtime(settings))
 
 
+class _App(FastAPI):
+    """FastAPI with request ids outside Starlette's outermost (error) middleware, which add_middleware cannot reach,
+    so a 500's answer and its "unhandled error" line carry the id too. Around the call, not in the middleware stack,
+    whose shape OpenTelemetry's instrumentation rebuilds."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._with_request_id = RequestIdMiddleware(super().__call__)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._with_request_id(scope, receive, send)
+
+
+async def _served_elsewhere(request: Request) -> Response:
+    raise StarletteHTTPException(404)
+
+
 def create_app(runtime: Runtime) -> FastAPI:
+    settings = runtime.settings
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         runtime.batcher.start()
         try:
-            yield
+            if settings.metrics_port is None:
+                yield
+            else:
+                with runtime.metrics.served_on(settings.host, settings.metrics_port):
+                    yield
         finally:
             await runtime.batcher.stop()
             runtime.close()
 
-    app = FastAPI(
+    app = _App(
         title="metricsearch",
         summary="More like this: item-to-item and text similarity search on learned text metrics",
         version="0.1.0",
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    if settings.metrics_port is not None:
+        # Matched before routes/ops.py's /metrics: on the API port it is then an unknown path, like any other.
+        app.add_route("/metrics", _served_elsewhere, include_in_schema=False)
     app.include_router(router)
     errors.install(app)
     deps.declare_open_routes(app)
-    app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)
+    runtime.metrics.http().instrument(app)
     app.add_middleware(
         BodyLimitMiddleware,
-        max_bytes=runtime.settings.max_body_bytes,
-        max_query_bytes=runtime.settings.max_query_body_bytes,
+        max_bytes=settings.max_body_bytes,
+        max_query_bytes=settings.max_query_body_bytes,
     )
-    if runtime.settings.cors_origins:
+    if settings.cors_origins:
         # Closed unless origins are listed: a browser page elsewhere may then call the API, never with cookies.
         app.add_middleware(
             CORSMiddleware,
-            allow_origins=runtime.settings.cors_origins,
+            allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID"],
         )
+    install_tracing(app)
     return app

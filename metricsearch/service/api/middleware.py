@@ -1,15 +1,47 @@
-"""Pure ASGI middleware (cheaper than BaseHTTPMiddleware on the hot path): request latency metrics, and the
-body-size cap enforced before any parsing."""
+"""Pure ASGI middleware (cheaper than BaseHTTPMiddleware on the hot path): request ids, and the body-size cap
+enforced before any parsing."""
 
 from __future__ import annotations
 
-import time
+import re
+import uuid
 
 import orjson
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from metricsearch.service.metrics import Metrics
+from metricsearch.service.logs import request_id
+
+REQUEST_ID_HEADER = b"x-request-id"
+# What a proxy's or client's id looks like (UUIDs, hex, base64, `Root=1-...`); anything else, or longer, is replaced
+# so a client cannot write control characters or megabytes into every log line and answer.
+_SANE_REQUEST_ID = re.compile(rb"[A-Za-z0-9._~:+=@/-]{1,128}")
+
+
+class RequestIdMiddleware:
+    """Each request's id, the client's `X-Request-ID` when it is sane else a generated one: in the answer's
+    `X-Request-ID` and, through `logs.request_id`, in every log line written while handling it (api/app.py puts it
+    outermost)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = next((value for name, value in scope["headers"] if name == REQUEST_ID_HEADER), None)
+        own = given if given is not None and _SANE_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex.encode()
+        token = request_id.set(own.decode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), (REQUEST_ID_HEADER, own)]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_id)
+        finally:
+            request_id.reset(token)
 
 
 def _over(max_bytes: int, setting: str, advice: str) -> str:
@@ -63,34 +95,3 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": body})
-
-
-class MetricsMiddleware:
-    """Latency histogram by route template (not raw path, so ids do not explode the label set)."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        started = time.perf_counter()
-        status = 500
-
-        async def capture(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, capture)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", "unmatched")
-            self.metrics.request_seconds.labels(template, scope["method"], str(status)).observe(
-                time.perf_counter() - started
-            )
-            if status >= 400:
-                self.metrics.rejected.labels(str(status)).inc()

@@ -245,10 +245,16 @@ def test_ops_endpoints(anonymous):
     assert manifest["name"] == "tiny-bert" and manifest["schema_version"] == 1
     assert "/similar" in anonymous.get("/openapi.json").json()["paths"]
     anonymous.post("/similar", json={"id": "p1"})
+    anonymous.get("/no/such/path-4711")
     metrics = anonymous.get("/metrics").text
-    assert 'metricsearch_request_seconds_count{method="POST",route="/similar",status="200"}' in metrics
+    assert 'http_requests_total{handler="none",method="GET",status="404"}' in metrics and "4711" not in metrics
+    assert 'http_request_duration_seconds_count{handler="/similar",method="POST",status="200"}' in metrics
+    assert 'http_requests_total{handler="/similar",method="POST",status="200"}' in metrics
+    assert 'http_request_duration_seconds_bucket{handler="/similar",le="0.001",method="POST",status="200"}' in metrics
+    assert 'handler="/metrics"' not in metrics  # scrapes are not counted
     assert "metricsearch_items " in metrics
     assert "metricsearch_query_batch_texts_count" in metrics
+    assert "metricsearch_query_queue_depth 0.0" in metrics
 
 
 def test_read_key_when_configured(tiny_bundle, tmp_path):

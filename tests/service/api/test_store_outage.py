@@ -42,5 +42,5 @@ def test_service_starts_unready_and_answers_503_while_qdrant_is_down(service_wit
         metrics = client.get("/metrics")
         assert metrics.status_code == 200
         assert "metricsearch_items NaN" in metrics.text
-        assert 'metricsearch_rejected_requests_total{status="503"}' in metrics.text
+        assert 'http_requests_total{handler="/similar",method="POST",status="503"} 2.0' in metrics.text
     assert "does not answer" in service.log()

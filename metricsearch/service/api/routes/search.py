@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 
 from metricsearch.core.records import Match
 from metricsearch.core.schemas import FieldScores, SimilarRequest, SimilarResponse, SimilarResult
+from metricsearch.core.spans import span
 from metricsearch.service.api.body import JSONRoute
 from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS, NOT_FOUND, ReadKey, check_text_limits
@@ -52,5 +53,6 @@ async def similar(body: SimilarRequest, runtime: RuntimeDep) -> Response:
         matches = await runtime.search.by_text(query, body.k, conditions, body.exclude_ids)
     took_ms = orjson.dumps(round((time.perf_counter() - started) * 1000, 3))
     # The SimilarResponse fields, assembled from JSON pieces: the results are serialised once, by their own adapter.
-    body_json = b'{"results":%b,"model":%b,"took_ms":%b}' % (_results_json(matches), runtime.model_json, took_ms)
+    with span("serialise"):
+        body_json = b'{"results":%b,"model":%b,"took_ms":%b}' % (_results_json(matches), runtime.model_json, took_ms)
     return Response(body_json, media_type="application/json")
