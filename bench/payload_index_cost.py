@@ -21,8 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from metricsearch.service.store import EdgeStore
-from metricsearch.service.store.base import AnyOf, Equals, Range, StoredItem, VectorSchema
+from metricsearch.service import AnyOf, EdgeStore, Equals, Range, StoredItem, VectorSchema
 
 SCHEMA = VectorSchema(sizes={"v": 8}, ann="v", identity="index-cost@1")
 INDEXES = {"brand": "keyword", "price": "float", "in_stock": "bool", "bucket": "float"}

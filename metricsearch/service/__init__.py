@@ -11,14 +11,17 @@ from metricsearch.service.server import uvicorn_options
 from metricsearch.service.snapshot import create as create_snapshot
 from metricsearch.service.snapshot import restore as restore_snapshot
 from metricsearch.service.store import EdgeStore, RemoteStore, Store, open_store
-from metricsearch.service.store.base import StoredItem, VectorSchema
+from metricsearch.service.store.base import AnyOf, Equals, Range, StoredItem, VectorSchema
 from metricsearch.service.store.mirror import VectorMirror
 
 __all__ = [
     "ANN_VECTOR",
     "FACTORS_VECTOR",
+    "AnyOf",
     "Catalog",
     "EdgeStore",
+    "Equals",
+    "Range",
     "RemoteStore",
     "Runtime",
     "ServiceProcess",

@@ -19,7 +19,7 @@ def test_metrics_on_their_own_port_and_not_on_the_api_port(tiny_bundle, tmp_path
         with service.client() as api:
             assert api.post("/similar", json={"text": "red shirt"}).status_code == 200
             elsewhere = api.get("/metrics")
-            assert elsewhere.status_code == 404 and elsewhere.json() == {"detail": "Not Found"}
+            assert elsewhere.status_code == 404 and elsewhere.json() == {"detail": "Not Found", "code": "not_found"}
         scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
         assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
         assert 'http_requests_total{handler="/similar",method="POST",status="200"} 1.0' in scraped.text
