@@ -33,8 +33,10 @@ def create_app(runtime: Runtime) -> FastAPI:
         try:
             yield
         finally:
-            await runtime.batcher.stop()
-            runtime.close()
+            live = app.state.runtime  # a model rollout may have swapped another in
+            await live.rollout.aclose()
+            await live.batcher.stop()
+            live.close()
 
     app = FastAPI(
         title="metricsearch",
@@ -43,6 +45,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    runtime.rollout.on_swap(lambda swapped: setattr(app.state, "runtime", swapped))
     app.include_router(router)
     errors.install(app)
     app.add_middleware(MetricsMiddleware, metrics=runtime.metrics)

@@ -22,6 +22,7 @@ STATUS = {
     errors.AuthForbiddenError: 403,
     errors.NotFoundError: 404,
     errors.StoreMismatchError: 409,
+    errors.RolloutError: 409,
     errors.PayloadTooLargeError: 413,
     errors.OverloadedError: 429,
     errors.StoreUnavailableError: 503,

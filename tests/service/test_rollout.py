@@ -1,0 +1,188 @@
+"""Model rollout over real HTTP (subprocess services, two tiny bundles A and B): while the catalog is copied into B's
+shadow store, the service answers from A without a failed request and applies writes to both; after the swap /model
+and every answer are B's, equal to a service that indexed the same items with B from scratch, also after a restart;
+an abort drops the shadow and the service goes on as before."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from metricsearch.client import Client
+from metricsearch.core.schemas import RolloutStatus
+from tests.tiny_model import CORPUS, build_tiny_model
+
+N_ITEMS = 1200
+
+
+@pytest.fixture(scope="module")
+def bundle_b(tmp_path_factory):
+    """A second tiny model: another vocabulary, so other weights and other vectors than the `tiny_bundle`'s."""
+    from metricsearch.export.onnx_export import export_bundle
+
+    root = tmp_path_factory.mktemp("tiny-b")
+    return export_bundle(build_tiny_model(root / "model", vocab_size=300), root / "bundle", name="tiny-bert-b")
+
+
+def catalog(n: int) -> dict[str, dict]:
+    return {
+        f"sku-{i}": {
+            "id": f"sku-{i}",
+            "title": f"{CORPUS[i % len(CORPUS)]}, {CORPUS[(i // len(CORPUS)) % len(CORPUS)]}",
+            "description": CORPUS[(i * 7) % len(CORPUS)],
+            "metadata": {"n": i, "shelf": i % 5},
+        }
+        for i in range(n)
+    }
+
+
+def load(client: Client, items: list[dict]) -> None:
+    for start in range(0, len(items), 500):
+        client.index(items[start : start + 500])
+
+
+QUERIES = [{"id": "sku-3", "k": 10}, {"text": CORPUS[5], "k": 10}, {"id": "sku-40", "k": 5, "filter": {"shelf": 2}}]
+
+
+def answers(url: str) -> list[list[tuple[str, float]]]:
+    with Client(url) as client:
+        return [[(r.id, r.score) for r in client.similar(q).results] for q in QUERIES]
+
+
+class Traffic:
+    """Queries in a loop from another thread: every answer's status and model, in order."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seen: list[tuple[int, str | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            n = 0
+            while not self._stop.is_set():
+                answer = http.post("/similar", json=QUERIES[n % len(QUERIES)])
+                self.seen.append((answer.status_code, answer.json().get("model")))
+                n += 1
+
+
+def wait_ready(client: Client, timeout_s: float = 240) -> RolloutStatus:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = client.rollout_status()
+        assert status.state in ("copying", "ready"), status
+        if status.state == "ready":
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"the rollout copy is not done after {timeout_s} s: {status}")
+
+
+def test_rollout_swaps_to_the_new_bundle_without_a_failed_request(tiny_bundle, bundle_b, start_service, tmp_path):
+    items = catalog(N_ITEMS)
+    service = start_service(tiny_bundle, tmp_path / "live")
+    with Client(service.url) as client:
+        load(client, list(items.values()))
+        with Traffic(service.url) as traffic:
+            started = client.rollout_start(str(bundle_b))
+            assert started.target == "tiny-bert-b" and started.model == "tiny-bert"
+            # Writes while the copy runs go to both stores: a new item, a changed text, a changed metadata, deletes.
+            items["new-1"] = {"id": "new-1", "title": "Espresso grinder with conical burrs", "metadata": {"shelf": 2}}
+            items["sku-7"] = items["sku-7"] | {"title": "Retitled while rolling out"}
+            items["sku-8"] = items["sku-8"] | {"metadata": {"shelf": 2, "n": 8}}
+            client.index([items["new-1"], items["sku-7"], items["sku-8"]])
+            client.delete(ids=["sku-9", "sku-1100"])
+            del items["sku-9"], items["sku-1100"]
+            assert client.delete(filter={"n": {"gte": 1150}}) == 50
+            items = {k: v for k, v in items.items() if not k.startswith("sku-") or int(k[4:]) < 1150}
+            ready = wait_ready(client)
+            assert ready.copied >= len(items) - 1 and ready.total == len(items)
+            assert ready.items_per_s > 0 and ready.eta_s == 0
+            assert client.model()["name"] == "tiny-bert"
+            swapped = client.rollout_swap()
+            assert (swapped.state, swapped.model) == ("none", "tiny-bert-b")
+            assert client.model()["name"] == "tiny-bert-b"
+            after_swap = len(traffic.seen)
+            client.index([{"id": "after-swap", "title": "Written after the swap"}])
+            assert client.get_item("after-swap").title == "Written after the swap"
+            assert client.ready()["items"] == len(items) + 1
+            client.delete_item("after-swap")
+            while len(traffic.seen) < after_swap + 5:
+                time.sleep(0.05)
+        assert {status for status, _ in traffic.seen} == {200}
+        models = [model for _, model in traffic.seen]
+        assert models == sorted(models) and models[0] == "tiny-bert" and models[-1] == "tiny-bert-b"
+        assert all(model == "tiny-bert-b" for model in models[after_swap:])
+        assert client.ready()["items"] == len(items)
+    rolled_out = answers(service.url)
+
+    fresh = start_service(bundle_b, tmp_path / "fresh")
+    with Client(fresh.url) as client:
+        load(client, list(items.values()))
+    assert_same(rolled_out, answers(fresh.url))
+
+    # The swap is durable: a restart with MS_BUNDLE_DIR still naming A serves B's store.
+    service.stop()
+    service.start()
+    with Client(service.url) as client:
+        assert client.model()["name"] == "tiny-bert-b"
+        assert client.ready()["items"] == len(items)
+        assert client.get_item("sku-7").title == "Retitled while rolling out"
+    assert_same(answers(service.url), rolled_out)
+    folders = sorted(p.name for p in (tmp_path / "live").iterdir())
+    assert folders == ["items.r1", "items.serving.json"], folders
+
+
+def assert_same(got, expected) -> None:
+    """The same scores in the same order, and each item in both the same score, up to the encoder's last bits: they
+    depend on what a text was batched with (padding), and an angle near 0 magnifies them (arccos' slope), to 1e-4 at
+    most here; another model's vectors differ by far more. Items may trade places only where their scores tie."""
+    for g, e in zip(got, expected, strict=True):
+        assert [s for _, s in g] == pytest.approx([s for _, s in e], abs=5e-4)
+        mine, theirs = dict(g), dict(e)
+        assert len(mine.keys() & theirs.keys()) >= len(g) - 2
+        for item in mine.keys() & theirs.keys():
+            assert mine[item] == pytest.approx(theirs[item], abs=5e-4)
+
+
+def test_abort_drops_the_shadow_and_conflicting_calls_get_409(tiny_bundle, bundle_b, start_service, tmp_path):
+    service = start_service(tiny_bundle, tmp_path / "data", MS_API_KEY="admin")
+    with Client(service.url, "admin") as client:
+        load(client, list(catalog(300).values()))
+        before = answers_with_key(service.url)
+        with httpx.Client(base_url=service.url) as anonymous:
+            assert anonymous.post("/admin/rollout", json={"bundle": str(bundle_b)}).status_code == 401
+        with httpx.Client(base_url=service.url, headers={"Authorization": "Bearer admin"}) as http:
+            assert http.get("/admin/rollout").json() == http.get("/admin/rollout").json() | {"state": "none"}
+            for path in ("/admin/rollout/swap", "/admin/rollout/abort"):
+                answer = http.post(path)
+                assert answer.status_code == 409 and "no rollout" in answer.json()["detail"]
+            missing = http.post("/admin/rollout", json={"bundle": str(tmp_path / "nowhere")})
+            assert missing.status_code == 400 and "bundle.json" in missing.json()["detail"]
+            assert http.post("/admin/rollout", json={"bundle": str(bundle_b)}).status_code == 202
+            again = http.post("/admin/rollout", json={"bundle": str(bundle_b)})
+            assert again.status_code == 409 and "under way" in again.json()["detail"]
+            assert (tmp_path / "data" / "items.r1").is_dir()
+            aborted = http.post("/admin/rollout/abort")
+            assert aborted.status_code == 200 and aborted.json()["state"] == "none"
+        assert not (tmp_path / "data" / "items.r1").exists()
+        assert client.model()["name"] == "tiny-bert"
+        client.index([{"id": "after-abort", "title": "Written after the abort"}])
+        assert client.ready()["items"] == 301
+    assert answers_with_key(service.url) == before
+
+
+def answers_with_key(url: str) -> list[list[tuple[str, float]]]:
+    with Client(url, "admin") as client:
+        return [[(r.id, r.score) for r in client.similar(q).results] for q in QUERIES]
