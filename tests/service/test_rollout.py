@@ -186,3 +186,95 @@ def test_abort_drops_the_shadow_and_conflicting_calls_get_409(tiny_bundle, bundl
 def answers_with_key(url: str) -> list[list[tuple[str, float]]]:
     with Client(url, "admin") as client:
         return [[(r.id, r.score) for r in client.similar(q).results] for q in QUERIES]
+
+
+class Writer:
+    """Writes one item at a time from another thread until stopped or the service dies: the acknowledged writes,
+    and the last one sent, which the kill may have cut off before or after it was applied."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.acknowledged: dict[str, str] = {}
+        self.last: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as http:
+            n = 0
+            while not self._stop.is_set():
+                item = {"id": f"{self.prefix}-{n % 20}", "title": f"{CORPUS[n % len(CORPUS)]} written {n}"}
+                self.last = {item["id"]: item["title"]}
+                try:
+                    answer = http.post("/index", json={"items": [item]})
+                except httpx.HTTPError:
+                    return  # killed: this write was never acknowledged
+                if answer.status_code == 200:
+                    self.acknowledged[item["id"]] = item["title"]
+                n += 1
+
+
+def cli(*args: str) -> str:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "metricsearch.cli", "rollout", *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def check_whole(service, model: str, items: dict[str, dict], acknowledged: dict[str, str], cut: dict[str, str]) -> None:
+    """Serving `model`, with every item of the catalog and every acknowledged write (or the write the kill cut off,
+    if it was applied), and no rollout left over."""
+    with Client(service.url) as client:
+        assert client.model()["name"] == model
+        assert client.rollout_status().state == "none"
+        assert 0 <= client.ready()["items"] - len(items) - len(acknowledged) <= len(cut.keys() - acknowledged.keys())
+        for item_id, title in acknowledged.items():
+            assert client.get_item(item_id).title in (title, cut.get(item_id))
+        assert client.get_item("sku-5").title == items["sku-5"]["title"]
+    folders = sorted(p.name for p in service.data_dir.iterdir() if p.is_dir())
+    assert folders == (["items.r1"] if model == "tiny-bert-b" else ["items"]), folders
+
+
+def test_a_rollout_killed_at_any_point_restarts_on_a_complete_store(tiny_bundle, bundle_b, start_service, tmp_path):
+    """kill -9 right after the start, during the copy, once it is ready: the restart serves A, whole, without the
+    shadow; kill -9 just after the swap (the old store not yet removed): the restart serves B, whole."""
+    items = catalog(3000)
+    service = start_service(tiny_bundle, tmp_path / "data")
+    with Client(service.url) as client:
+        load(client, list(items.values()))
+    acknowledged: dict[str, str] = {}
+    cut: dict[str, str] = {}
+    for point in ("started", "copying", "ready", "swapped"):
+        with Writer(service.url, f"w-{point}") as writer:
+            while len(writer.acknowledged) < 3:
+                time.sleep(0.05)
+            cli("start", "--bundle", str(bundle_b), "--url", service.url)
+            with Client(service.url) as client:
+                if point == "copying":
+                    while client.rollout_status().copied == 0:
+                        time.sleep(0.01)
+                    assert client.rollout_status().state == "copying"
+                if point in ("ready", "swapped"):
+                    wait_ready(client)
+                    assert "ready" in cli("status", "--url", service.url)
+                if point == "swapped":
+                    assert "serving tiny-bert-b" in cli("swap", "--url", service.url)
+                    assert (service.data_dir / "items").is_dir()  # the old store waits for requests under way
+            service.stop(kill=True)
+        acknowledged |= writer.acknowledged
+        cut |= writer.last
+        service.start()
+        check_whole(service, "tiny-bert-b" if point == "swapped" else "tiny-bert", items, acknowledged, cut)
