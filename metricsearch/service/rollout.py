@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 
 from fastapi.concurrency import run_in_threadpool
 
-from metricsearch.core.bundle import load_bundle
-from metricsearch.core.errors import BundleError, InvalidInputError, RolloutError, StoreMismatchError
+from metricsearch.core.bundle import MANIFEST_FILE, load_bundle
+from metricsearch.core.errors import BundleError, InvalidInputError, NotFoundError, RolloutError, StoreMismatchError
 from metricsearch.core.records import Item
 from metricsearch.core.schemas import RolloutStatus
 from metricsearch.service.config import Settings
@@ -223,8 +223,12 @@ class Rollout:
                 )
             try:
                 path = Path(bundle_dir).resolve()
+                if not (path / MANIFEST_FILE).is_file():
+                    raise NotFoundError(
+                        f"no bundle at {bundle_dir!r} ({path} holds no {MANIFEST_FILE}) on the service's machine"
+                    )
                 load_bundle(path)
-            except (BundleError, OSError, ValueError) as e:
+            except (BundleError, OSError, ValueError, RuntimeError) as e:  # a path the OS refuses: the caller's
                 raise InvalidInputError(f"cannot roll out {bundle_dir!r}: {e}") from e
             folder = self._next_folder()
             shutil.rmtree(self._settings.data_dir / folder, ignore_errors=True)

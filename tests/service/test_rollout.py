@@ -169,7 +169,12 @@ def test_abort_drops_the_shadow_and_conflicting_calls_get_409(tiny_bundle, bundl
                 answer = http.post(path)
                 assert answer.status_code == 409 and "no rollout" in answer.json()["detail"]
             missing = http.post("/admin/rollout", json={"bundle": str(tmp_path / "nowhere")})
-            assert missing.status_code == 400 and "bundle.json" in missing.json()["detail"]
+            assert missing.status_code == 404 and "no bundle at" in missing.json()["detail"]
+            broken = tmp_path / "broken"
+            broken.mkdir()
+            (broken / "bundle.json").write_text("{")
+            unreadable = http.post("/admin/rollout", json={"bundle": str(broken)})
+            assert unreadable.status_code == 400 and "not readable JSON" in unreadable.json()["detail"]
             assert http.post("/admin/rollout", json={"bundle": str(bundle_b)}).status_code == 202
             again = http.post("/admin/rollout", json={"bundle": str(bundle_b)})
             assert again.status_code == 409 and "under way" in again.json()["detail"]

@@ -8,14 +8,14 @@ from fastapi.concurrency import run_in_threadpool
 from metricsearch.core.schemas import RolloutRequest, RolloutStatus
 from metricsearch.service.api.body import JSONRoute
 from metricsearch.service.api.deps import RuntimeDep
-from metricsearch.service.api.routes.common import CONFLICT, ERRORS, WriteKey
+from metricsearch.service.api.routes.common import CONFLICT, ERRORS, NOT_FOUND, WriteKey
 
 router = APIRouter(
     prefix="/admin", responses=ERRORS | CONFLICT, route_class=JSONRoute, tags=["admin"], dependencies=[WriteKey]
 )
 
 
-@router.post("/rollout", response_model=RolloutStatus, status_code=202)
+@router.post("/rollout", response_model=RolloutStatus, status_code=202, responses=NOT_FOUND)
 async def start_rollout(body: RolloutRequest, runtime: RuntimeDep) -> RolloutStatus:
     """Re-embed every stored item with the bundle at `bundle` into a shadow store, in the background, while the
     service answers from the live one and applies each write to both."""
