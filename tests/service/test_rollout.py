@@ -5,6 +5,7 @@ an abort drops the shadow and the service goes on as before."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -283,3 +284,64 @@ def test_a_rollout_killed_at_any_point_restarts_on_a_complete_store(tiny_bundle,
         cut |= writer.last
         service.start()
         check_whole(service, "tiny-bert-b" if point == "swapped" else "tiny-bert", items, acknowledged, cut)
+
+
+def test_a_write_during_the_copy_wins_over_the_page_the_copy_read(tiny_bundle, bundle_b, tmp_path, monkeypatch):
+    """In process, the copy held between reading its first page and writing it: an item changed, one deleted by id
+    and one deleted by filter meanwhile are in the new store as the writes left them, not as the page read them."""
+    from metricsearch.core.records import Item
+    from metricsearch.service import Catalog, Settings, build_runtime
+
+    runtime = build_runtime(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path))
+    runtime.catalog.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in catalog(600).values()])
+    read, resume = threading.Event(), threading.Event()
+    first_page: list[Item] = []
+    encode_items = Catalog.encode_items
+
+    def held_after_reading(self, items, batch_size):
+        if threading.current_thread().name == "rollout-copy" and not read.is_set():
+            first_page.extend(items)
+            read.set()
+            assert resume.wait(60)
+        return encode_items(self, items, batch_size)
+
+    monkeypatch.setattr(Catalog, "encode_items", held_after_reading)
+    runtime.rollout.start(str(bundle_b))
+    assert read.wait(60)
+    changed, deleted, filtered = first_page[0], first_page[1], first_page[2]
+    runtime.catalog.index([Item(changed.id, "Changed while the copy held its page", "", {})])
+    runtime.catalog.delete(deleted.id)
+    assert runtime.catalog.delete_where(runtime_conditions({"n": filtered.metadata["n"]})) == 1
+    resume.set()
+    while runtime.rollout.status().state == "copying":
+        time.sleep(0.05)
+    assert runtime.rollout.status().state == "ready"
+
+    old = runtime
+    asyncio.run(old.rollout.swap())
+    new = old.rollout.live
+    try:
+        assert new.bundle.manifest.name == "tiny-bert-b"
+        assert new.store.count() == 598
+        assert {i.id for i in scroll_all(new.store)} == {i.id for i in scroll_all(old.store)}
+        assert new.catalog.get(changed.id).title == "Changed while the copy held its page"
+        assert new.store.get([deleted.id, filtered.id]) == {}
+    finally:
+        old.close()
+        new.close()
+
+
+def runtime_conditions(filter: dict) -> list:
+    from metricsearch.core.schemas import DeleteRequest
+
+    return DeleteRequest.model_validate({"filter": filter}).conditions()
+
+
+def scroll_all(store) -> list:
+    """Every stored item, a page at a time (Store.scroll)."""
+    offset, out = None, []
+    while True:
+        page, offset = store.scroll(offset, 100)
+        out += page
+        if offset is None:
+            return out
