@@ -65,6 +65,11 @@ def serving_settings(settings: Settings) -> Settings:
             f"{pointer} is damaged ({e!r}): it names the store and bundle a model rollout swapped in; write it again "
             'as {"collection": "<folder under MS_DATA_DIR>", "bundle_dir": "<bundle folder>"}'
         ) from e
+    if not (settings.data_dir / folder).is_dir():
+        raise StoreMismatchError(
+            f"{pointer} names the store {settings.data_dir / folder}, which is gone: restore a snapshot there, or "
+            f"remove {pointer} to serve {settings.data_dir / settings.collection} with MS_BUNDLE_DIR"
+        )
     if bundle_dir != settings.bundle_dir.resolve():
         log.warning(
             "serving %s, which a model rollout swapped in (%s), not MS_BUNDLE_DIR %s",
@@ -199,6 +204,7 @@ class Rollout:
         self._state = threading.Lock()
         self._shadow: _Shadow | None = None
         self._retiring: dict[asyncio.Task[None], Runtime] = {}
+        self._swapping = asyncio.Lock()
 
     def on_swap(self, publish: Callable[[Runtime], None]) -> None:
         """`publish(runtime)` makes a swapped-in runtime the one requests get (the app's state)."""
@@ -252,6 +258,10 @@ class Rollout:
 
     async def swap(self) -> RolloutStatus:
         """Serve the shadow from the next request on; refused until its copy is done."""
+        async with self._swapping:  # a second swap meanwhile finds none under way
+            return await self._swap()
+
+    async def _swap(self) -> RolloutStatus:
         shadow = self._shadow
         if shadow is None:
             raise RolloutError("no rollout is under way: start one with `metricsearch rollout start --bundle DIR`")

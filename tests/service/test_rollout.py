@@ -6,6 +6,7 @@ an abort drops the shadow and the service goes on as before."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 
@@ -345,3 +346,20 @@ def scroll_all(store) -> list:
         out += page
         if offset is None:
             return out
+
+
+def test_a_pointer_to_a_missing_or_unreadable_store_is_refused_at_start(tiny_bundle, tmp_path):
+    """serving.json names what a swap made live: if that store is gone the service must not create it empty, and a
+    damaged serving.json is an error naming the file, not a silent fall back to the swapped-out store."""
+    from metricsearch.core.errors import StoreMismatchError
+    from metricsearch.service import Settings, build_runtime
+
+    settings = Settings(bundle_dir=tiny_bundle, data_dir=tmp_path)
+    pointer = tmp_path / "items.serving.json"
+    pointer.write_text(json.dumps({"collection": "items.r3", "bundle_dir": str(tiny_bundle)}))
+    with pytest.raises(StoreMismatchError, match=r"items\.r3, which is gone"):
+        build_runtime(settings)
+    assert not (tmp_path / "items.r3").exists()
+    pointer.write_text("{")
+    with pytest.raises(StoreMismatchError, match=r"items\.serving\.json is damaged"):
+        build_runtime(settings)
