@@ -29,6 +29,8 @@ from metricsearch.core.schemas import (
     IndexResponse,
     ItemIn,
     ItemOut,
+    RolloutRequest,
+    RolloutStatus,
     SimilarRequest,
     SimilarResponse,
 )
@@ -171,6 +173,20 @@ class Client(_Base):
     def model(self) -> dict[str, Any]:
         return self._call("GET", "/model", None)
 
+    def rollout_start(self, bundle: str) -> RolloutStatus:
+        """Start a model rollout to the bundle folder `bundle` (a path on the service's machine)."""
+        body = self._json(RolloutRequest(bundle=bundle))
+        return self._call("POST", "/admin/rollout", RolloutStatus, body)
+
+    def rollout_status(self) -> RolloutStatus:
+        return self._call("GET", "/admin/rollout", RolloutStatus)
+
+    def rollout_swap(self) -> RolloutStatus:
+        return self._call("POST", "/admin/rollout/swap", RolloutStatus)
+
+    def rollout_abort(self) -> RolloutStatus:
+        return self._call("POST", "/admin/rollout/abort", RolloutStatus)
+
     def _call(self, method: str, path: str, model: type[Model] | None, body: Any = None) -> Any:
         attempt, waited = 0, 0.0
         while True:
@@ -238,6 +254,19 @@ class AsyncClient(_Base):
 
     async def model(self) -> dict[str, Any]:
         return await self._call("GET", "/model", None)
+
+    async def rollout_start(self, bundle: str) -> RolloutStatus:
+        body = self._json(RolloutRequest(bundle=bundle))
+        return await self._call("POST", "/admin/rollout", RolloutStatus, body)
+
+    async def rollout_status(self) -> RolloutStatus:
+        return await self._call("GET", "/admin/rollout", RolloutStatus)
+
+    async def rollout_swap(self) -> RolloutStatus:
+        return await self._call("POST", "/admin/rollout/swap", RolloutStatus)
+
+    async def rollout_abort(self) -> RolloutStatus:
+        return await self._call("POST", "/admin/rollout/abort", RolloutStatus)
 
     async def _call(self, method: str, path: str, model: type[Model] | None, body: Any = None) -> Any:
         attempt, waited = 0, 0.0

@@ -69,3 +69,8 @@ class TrainerError(MetricSearchError):
 
 class ExportError(MetricSearchError):
     """A model that cannot be exported as asked; the message says what to change."""
+
+
+class RolloutError(MetricSearchError):
+    """A model rollout request that its state does not allow: a second start, a swap before the copy is done, a swap
+    or abort with none under way (409)."""

@@ -495,3 +495,23 @@ def conditions_of(filter_: dict[str, FilterValue] | None) -> list[Condition]:
         else:
             result.append(Equals(key, value))
     return result
+
+
+class RolloutRequest(_Body):
+    bundle: str = Field(
+        min_length=1, max_length=4096, description="folder of the bundle to roll out, as the service's machine sees it"
+    )
+
+
+class RolloutStatus(BaseModel):
+    state: Literal["none", "copying", "ready", "failed"] = Field(
+        description="none: no rollout; copying: the shadow is being filled; ready: it holds every item and can be "
+        "swapped in; failed: it cannot be completed (see error), abort it"
+    )
+    model: str = Field(description="the bundle served now")
+    target: str | None = Field(None, description="the bundle being rolled out")
+    copied: int = Field(0, description="items the shadow's copy has read from the live store so far")
+    total: int = Field(0, description="items in the live store")
+    items_per_s: float | None = Field(None, description="copy rate since the rollout started")
+    eta_s: float | None = Field(None, description="seconds until the copy is done, at that rate")
+    error: str | None = Field(None, description="why a failed rollout cannot go on")

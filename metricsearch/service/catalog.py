@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -37,6 +39,52 @@ STATS_REFRESH = 0.2
 class IndexResult:
     indexed: int
     unchanged: int
+
+
+class Follower(Protocol):
+    """Another catalog each write is applied to as well, after it reached this one: a model rollout's shadow
+    (service/rollout.py)."""
+
+    def indexed(self, items: Sequence[Item]) -> None: ...
+
+    def deleted(self, ids: Sequence[str]) -> None: ...
+
+    def deleted_where(self, conditions: Sequence[Condition]) -> None: ...
+
+
+class WriteGate:
+    """Writes pass together (shared); `exclusive()` waits for those under way and holds new ones back meanwhile, so
+    a follower is attached or a catalog retired between writes, never in the middle of one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._writing = 0
+        self._closed = False
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._closed)
+            self._writing += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with self._cond:
+            self._cond.wait_for(lambda: not self._closed)
+            self._closed = True
+            self._cond.wait_for(lambda: self._writing == 0)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._closed = False
+                self._cond.notify_all()
 
 
 def content_hash(title: str, description: str) -> str:
@@ -82,10 +130,21 @@ class Catalog:
         self._candidates_min = candidates_min
         self._candidates_factor = candidates_factor
         self._on_write = on_write
+        self.writes = WriteGate()
+        self.follower: Follower | None = None
+        """Set (under `writes.exclusive()`) while a model rollout mirrors this catalog's writes."""
 
     # ---------------------------------------------------------------- writes
     def index(self, items: Sequence[Item], batch_size: int = 64) -> IndexResult:
         """Upsert by id (the last of duplicate ids wins); re-encode only items whose text changed."""
+        with self.writes.shared():
+            result, written = self._index(items, batch_size)
+            if self.follower is not None and written:
+                self.follower.indexed(written)
+        return result
+
+    def _index(self, items: Sequence[Item], batch_size: int) -> tuple[IndexResult, list[Item]]:
+        """The upsert, and the items it wrote (not those found unchanged)."""
         latest = {item.id: item for item in items}
         existing = self.store.get(list(latest))
         to_encode: list[Item] = []
@@ -112,15 +171,21 @@ class Catalog:
                     records.append(self._record(item, old.vectors))
                 else:
                     to_encode.append(item)
-        records += self._encode_items(to_encode, batch_size)
+        records += self.encode_items(to_encode, batch_size)
+        self.write(records)
+        written = [Item(r.id, r.title, r.description, r.metadata) for r in records]
+        return IndexResult(indexed=len(records), unchanged=unchanged), written
+
+    def write(self, records: Sequence[StoredItem]) -> None:
+        """Upsert records made by `encode_items` as they are (a rollout's copy: no change detection)."""
         if records:
             try:
                 self.store.upsert(records)
             finally:  # a failed upsert may still have written some points
                 self._written(len(records))
-        return IndexResult(indexed=len(records), unchanged=unchanged)
 
-    def _encode_items(self, items: Sequence[Item], batch_size: int) -> list[StoredItem]:
+    def encode_items(self, items: Sequence[Item], batch_size: int) -> list[StoredItem]:
+        """Items as the records this catalog stores: every field encoded, and their lexical vectors."""
         if not items:
             return []
         texts, slots = [], []  # slots[j] = (item row, field column) of texts[j]
@@ -160,27 +225,37 @@ class Catalog:
         self._on_write()
 
     def delete(self, item_id: str) -> None:
-        try:
-            deleted = self.store.delete([item_id])
-        finally:
-            self._written(1)
+        with self.writes.shared():
+            try:
+                deleted = self.store.delete([item_id])
+            finally:
+                self._written(1)
+            if self.follower is not None:
+                self.follower.deleted([item_id])
         if deleted == 0:
             raise NotFoundError(f"no item with id {item_id!r}")
 
     def delete_many(self, ids: Sequence[str]) -> int:
         """Remove the items of `ids` that exist; returns how many did."""
-        try:
-            return self.store.delete(list(dict.fromkeys(ids)))
-        finally:
-            self._written(len(ids))
+        with self.writes.shared():
+            try:
+                deleted = self.store.delete(list(dict.fromkeys(ids)))
+            finally:
+                self._written(len(ids))
+            if self.follower is not None:
+                self.follower.deleted(ids)
+        return deleted
 
     def delete_where(self, conditions: Sequence[Condition]) -> int:
         """Remove every item that meets all `conditions`; returns how many."""
         deleted = 0
-        try:
-            deleted = self.store.delete_where(conditions)
-        finally:
-            self._written(max(deleted, 1))
+        with self.writes.shared():
+            try:
+                deleted = self.store.delete_where(conditions)
+            finally:
+                self._written(max(deleted, 1))
+            if self.follower is not None:
+                self.follower.deleted_where(conditions)
         return deleted
 
     # ---------------------------------------------------------------- reads
@@ -257,7 +332,7 @@ class Catalog:
         return ComponentStats.estimate({name: np.concatenate(v) for name, v in parts.items()})
 
     def _stored(self, vectors: dict[str, np.ndarray]) -> FieldVectors:
-        """n stored items' vectors as `_encode_items` wrote them, (n, width) each, laid out per field."""
+        """n stored items' vectors as `encode_items` made them, (n, width) each, laid out per field."""
         fields, present = scoring.unpack(vectors[ANN_VECTOR], len(self.fields))
         return FieldVectors(fields, present, self._factors(vectors[FACTORS_VECTOR]) if self.encoder.rank else None)
 

@@ -19,6 +19,7 @@ from metricsearch.service.catalog import Catalog, vector_schema
 from metricsearch.service.config import Settings
 from metricsearch.service.metrics import Metrics
 from metricsearch.service.recommend import Recommender
+from metricsearch.service.rollout import Rollout, remove_leftovers, serving_settings
 from metricsearch.service.search import Search, StoreCalls
 from metricsearch.service.store import open_store
 from metricsearch.service.store.base import Store
@@ -37,6 +38,8 @@ class Runtime:
     metrics: Metrics
     answers: AnswerCache
     search: Search
+    rollout: Rollout
+    """Shared by the runtime a rollout swaps in: it knows which runtime is live (`rollout.live`)."""
 
     @cached_property
     def model_json(self) -> bytes:
@@ -54,16 +57,29 @@ class Runtime:
 
 def build_runtime(settings: Settings) -> Runtime:
     """Load and check the bundle, open the store it fits, wire the use cases. Raises BundleError or
-    StoreMismatchError with a message naming what to fix."""
+    StoreMismatchError with a message naming what to fix. A model rollout that was swapped in decides the bundle and
+    the store folder (service/rollout.py); what an interrupted one left is removed once the live store is ours."""
     # BLAS threads would fight the request threads for 2 cores (measured: 42 vs 417 req/s); the reranks are small.
     threadpool_limits(limits=1)
+    served = serving_settings(settings)
+    rollout = Rollout(settings, served, lambda new: open_runtime(new, metrics, rollout))
+    metrics = Metrics(item_count=lambda: _item_count(rollout.live.store))
+    runtime = rollout.live = open_runtime(served, metrics, rollout)
+    metrics.queue_depth.set_function(lambda: rollout.live.batcher.waiting())  # the live one, after a swap too
+    remove_leftovers(settings, served)
+    log.info("runtime ready", extra={"bundle": runtime.bundle.manifest.name, "items": _item_count(runtime.store)})
+    return runtime
+
+
+def open_runtime(settings: Settings, metrics: Metrics, rollout: Rollout) -> Runtime:
+    """The bundle the settings name and the store it fits, with the use cases around them: what a rollout opens for
+    its new bundle, too."""
     bundle = load_bundle(settings.bundle_dir)
     check_agreement(bundle, settings.min_neighbour_overlap)
     encoder = Encoder(bundle, settings.providers, settings.intra_op_threads, settings.encoder_backend)
     # A Qdrant server that is down at start-up is waited for: the service starts unready (/readyz 503) and recovers
     # when Qdrant answers, so pods need not be started in order.
     store = open_store(settings, vector_schema(bundle), wait_for_server=True)
-    metrics = Metrics(item_count=lambda: _item_count(store))
     # A Qdrant server may be written by other replicas, whose writes this process never sees: no answer cache there.
     answers = AnswerCache(
         0 if settings.qdrant_url else settings.answer_cache_size,
@@ -93,14 +109,12 @@ def build_runtime(settings: Settings) -> Runtime:
             max_bytes=int(settings.embedding_cache_mb * 2**20),
         ),
     )
-    metrics.queue_depth.set_function(batcher.waiting)
-    log.info("runtime ready", extra={"bundle": bundle.manifest.name, "items": _item_count(store)})
     # A server's calls wait on the network: off the event loop, as many at once as the store lets wait on Qdrant.
     threads = settings.qdrant_max_in_flight if settings.qdrant_url else None
     search = Search(
         catalog, batcher, answers, settings.request_timeout_s, StoreCalls(threads, f"Qdrant at {settings.qdrant_url}")
     )
-    return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers, search)
+    return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers, search, rollout)
 
 
 def _item_count(store: Store) -> float:

@@ -62,8 +62,10 @@ def create_app(runtime: Runtime) -> FastAPI:
                 with runtime.metrics.served_on(settings.host, settings.metrics_port):
                     yield
         finally:
-            await runtime.batcher.stop()
-            runtime.close()
+            live = app.state.runtime  # a model rollout may have swapped another in
+            await live.rollout.aclose()
+            await live.batcher.stop()
+            live.close()
 
     app = _App(
         title="metricsearch",
@@ -72,6 +74,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.runtime = runtime
+    runtime.rollout.on_swap(lambda swapped: setattr(app.state, "runtime", swapped))
     if settings.metrics_port is not None:
         # Matched before routes/ops.py's /metrics: on the API port it is then an unknown path, like any other.
         app.add_route("/metrics", _served_elsewhere, include_in_schema=False)

@@ -24,6 +24,7 @@ ANSWERS: dict[type[errors.MetricSearchError], tuple[int, str]] = {
     errors.AuthForbiddenError: (403, "forbidden"),
     errors.NotFoundError: (404, "unknown_id"),
     errors.StoreMismatchError: (409, "store_mismatch"),
+    errors.RolloutError: (409, "rollout_conflict"),
     errors.PayloadTooLargeError: (413, "limit_exceeded"),
     errors.OverloadedError: (429, "overloaded"),
     errors.NotReadyError: (503, "not_ready"),

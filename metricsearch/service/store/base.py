@@ -140,6 +140,10 @@ class Store(Protocol):
         """Up to n items with their vectors, the same ones while the store does not change: the first by point id,
         which is a hash of the item id, so they are spread over the catalog whatever order it was indexed in."""
 
+    def scroll(self, offset: str | None, limit: int) -> tuple[list[StoredItem], str | None]:
+        """Up to `limit` items without vectors, in point id order from `offset` (None: the first), and the offset of
+        the next page (None after the last): how a model rollout reads every item's texts."""
+
     def lexical_scores(
         self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:

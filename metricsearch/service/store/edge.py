@@ -351,6 +351,12 @@ class EdgeStore:
             records, _ = self._shard.scroll(request)
         return [from_payload(r.payload, r.vector, self._schema.sizes) for r in records]
 
+    def scroll(self, offset: str | None, limit: int) -> tuple[list[StoredItem], str | None]:
+        request = ScrollRequest(offset=offset, limit=limit, with_payload=True, with_vector=False)
+        with self._lock:
+            records, following = self._shard.scroll(request)
+        return [from_payload(r.payload) for r in records], None if following is None else str(following)
+
     def lexical_scores(
         self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:

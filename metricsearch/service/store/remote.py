@@ -371,6 +371,13 @@ class RemoteStore:
             )
         return [from_payload(r.payload or {}, r.vector, self._schema.sizes) for r in records]  # type: ignore[arg-type]
 
+    def scroll(self, offset: str | None, limit: int) -> tuple[list[StoredItem], str | None]:
+        with self._serving():
+            records, following = self._client.scroll(
+                self._collection, offset=offset, limit=limit, with_payload=True, with_vectors=False
+            )
+        return [from_payload(r.payload or {}) for r in records], None if following is None else str(following)
+
     def lexical_scores(
         self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:

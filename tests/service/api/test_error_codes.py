@@ -127,6 +127,7 @@ def answers(tight, mismatched, tiny_bundle, tmp_path_factory) -> dict[str, tuple
         )
         three = {"items": [{"id": str(n), "title": "t"} for n in range(3)]}
         got["too many items"] = writer.post("/index", json=three), "limit_exceeded"
+        got["swap without a rollout"] = writer.post("/admin/rollout/swap"), "rollout_conflict"
         got["encoder wait"] = anonymous.post("/similar", json={"text": "red shirt"}), "timed_out"
     got["queue full"] = overloaded(tight), "overloaded"
 

@@ -132,6 +132,24 @@ def test_get_delete_count(store, items):
     assert store.readiness() is None
 
 
+def test_scroll_pages_through_every_item_once(store, items):
+    """What a model rollout reads: every stored item's texts and metadata, in pages, none twice, no vectors."""
+    reference = Reference()
+    populate(store, reference, items)
+    seen, offset, pages = [], None, 0
+    while True:
+        page, offset = store.scroll(offset, 7)
+        assert len(page) <= 7 and all(item.vectors == {} for item in page)
+        seen += page
+        pages += 1
+        if offset is None:
+            break
+    assert sorted(i.id for i in seen) == sorted(reference.items) and pages >= len(reference.items) // 7
+    for item in seen:
+        wanted = reference.items[item.id]
+        assert (item.title, item.description, item.metadata) == (wanted.title, wanted.description, wanted.metadata)
+
+
 def test_metadata_key_with_path_syntax_refused(store, items):
     store.upsert(items(range(3)))
     with pytest.raises(InvalidInputError, match="metadata key"):

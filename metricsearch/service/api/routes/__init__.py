@@ -1,12 +1,13 @@
 """HTTP routes, one module per resource: items (write, read, delete), search (/similar), batch (/similar/batch), ops
-(health, model, metrics). Each validates limits, calls one use case and shapes the response; no business logic here."""
+(health, model, metrics), admin (model rollout). Each validates limits, calls one use case and shapes the response;
+no business logic here."""
 
 from fastapi import APIRouter
 
-from metricsearch.service.api.routes import batch, items, ops, search
+from metricsearch.service.api.routes import admin, batch, items, ops, search
 
 router = APIRouter()
-for resource in (items, search, batch, ops):
+for resource in (items, search, batch, ops, admin):
     router.include_router(resource.router)
 
 __all__ = ["router"]

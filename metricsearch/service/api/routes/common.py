@@ -11,6 +11,7 @@ from metricsearch.service.runtime import Runtime
 
 ERRORS = {code: {"model": ProblemDetail} for code in (400, 401, 403, 413, 415, 422, 429, 503)}
 NOT_FOUND = {404: {"model": ProblemDetail}}
+CONFLICT = {409: {"model": ProblemDetail}}
 ReadKey = Depends(require_read_key)
 WriteKey = Depends(require_write_key)
 
