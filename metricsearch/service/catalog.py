@@ -129,7 +129,7 @@ class Catalog:
                 if text.strip():
                     texts.append(text)
                     slots.append((row, col))
-        encoded = self.encoder.encode(texts, batch_size=batch_size)
+        encoded = self.encoder.encode_bulk(texts, batch_size=batch_size)
         dim = self.encoder.dim
         per_field = np.zeros((len(items), len(self.fields), encoded.shape[1]), dtype=np.float32)
         rows, cols = zip(*slots, strict=True)
