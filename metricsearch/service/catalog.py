@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -111,13 +112,34 @@ class Catalog:
                     records.append(self._record(item, old.vectors))
                 else:
                     to_encode.append(item)
-        records += self._encode_items(to_encode, batch_size)
+        return IndexResult(indexed=self._write(records, to_encode, batch_size), unchanged=unchanged)
+
+    def _write(self, records: list[StoredItem], to_encode: list[Item], batch_size: int) -> int:
+        """Upsert `records` and `to_encode` once encoded, in chunks of batch_size x workers items (an encoder call
+        or two per worker), each encoded while the one before it is written. Chunks are written in order and nothing
+        after a failure, which leaves what a single upsert's failure leaves: some points written, none acknowledged."""
+        size = batch_size * self.encoder.bulk_workers
+        chunks = [to_encode[start : start + size] for start in range(0, len(to_encode), size)]
+        if not chunks:
+            return self._upsert(records)
+        written = 0
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-encode") as encoding:
+            pending = encoding.submit(self._encode_items, chunks[0], batch_size)
+            for following in [*chunks[1:], None]:
+                encoded = pending.result()
+                if following:
+                    pending = encoding.submit(self._encode_items, following, batch_size)
+                written += self._upsert(records + encoded)
+                records = []
+        return written
+
+    def _upsert(self, records: list[StoredItem]) -> int:
         if records:
             try:
                 self.store.upsert(records)
             finally:  # a failed upsert may still have written some points
                 self._written(len(records))
-        return IndexResult(indexed=len(records), unchanged=unchanged)
+        return len(records)
 
     def _encode_items(self, items: Sequence[Item], batch_size: int) -> list[StoredItem]:
         if not items:
