@@ -54,11 +54,11 @@ def test_bulk_encoding_is_byte_identical_to_sequential_encoding(encoder):
     assert np.array_equal(encoder.encode_bulk(texts, batch_size=4), encoder.encode(texts, batch_size=4))
 
 
-def test_batches_group_similar_lengths():
-    lengths = [40, 3, 38, 5, 39, 4, 2]
-    batches = Encoder._batches(lengths, 3)
-    assert [sorted(lengths[i] for i in b) for b in batches] == [[2, 3, 4], [5, 38, 39], [40]]
-    assert sorted(np.concatenate(batches).tolist()) == list(range(len(lengths)))
+def test_batches_group_similar_lengths_within_a_token_budget():
+    lengths = [40, 3, 38, 5, 39, 4, 2, 300]
+    assert Encoder._batches(lengths, 3) == [[6, 1, 5], [3, 2, 4], [0, 7]]
+    # 80 padded tokens at most: [2, 3, 4] pads to 12 but [5, 38] to 76 and [38, 39, 40] to 120; 300 alone.
+    assert Encoder._batches(lengths, 3, 80) == [[6, 1, 5], [3, 2], [4, 0], [7]]
 
 
 def test_bulk_calls_run_one_at_a_time_while_a_query_is_encoded(encoder, monkeypatch):
