@@ -28,8 +28,9 @@ from metricsearch.core.scoring import normalize_rows
 log = logging.getLogger(__name__)
 
 BULK_BATCH_TOKENS = 384
-"""Padded tokens in one bulk encoder call. Small calls keep their activations in cache: all-MiniLM-L6-v2 on the Buy
-catalog, one thread, took 6.2 CPU-s for 1,092 items at 256-512 tokens, 7.9 at 1,024, 10.4 in batches of 64 texts."""
+"""Padded tokens in one bulk encoder call on a CPU. Small calls keep their activations in cache: all-MiniLM-L6-v2 on
+the Buy catalog, one thread, took 6.2 CPU-s for 1,092 items at 256-512 tokens, 7.9 at 1,024, 10.4 in batches of 64
+texts. A GPU wants large calls: there only the batch size bounds them."""
 
 
 def choose_providers(requested: str) -> list[str]:
@@ -110,6 +111,7 @@ class _OpenVino:
         self._port = self.compiled.output(output) if output in self.outputs else None
         self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self.description = f"openvino CPU {self.compiled.get_property('INFERENCE_PRECISION_HINT').to_string()}"
+        self.device = "cpu"
 
     def __call__(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         try:
@@ -170,6 +172,7 @@ class Encoder:
         if self._output not in outputs or (isinstance(width, int) and width != self.dim):
             raise BundleError(f"bundle.json says output {self._output!r} of width {self.dim}; the graph has {outputs}")
         self.bulk_workers = bulk_workers
+        self._bulk_tokens = BULK_BATCH_TOKENS if self.runtime.device == "cpu" else None
         self._bulk = ThreadPoolExecutor(max_workers=bulk_workers, thread_name_prefix="bulk-encoder")
         self._turns = threading.Condition()
         self._queries = 0  # query encodings in progress
@@ -195,8 +198,8 @@ class Encoder:
                 self._turns.notify_all()
 
     def encode_bulk(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """`encode` for indexing: batches of BULK_BATCH_TOKENS padded tokens at most, spread over `bulk_workers`
-        concurrent calls, yielding to queries."""
+        """`encode` for indexing: batches of BULK_BATCH_TOKENS padded tokens at most on a CPU, spread over
+        `bulk_workers` concurrent calls, yielding to queries."""
         return self._encode(texts, batch_size, bulk=True)
 
     def _encode(self, texts: Sequence[str], batch_size: int, *, bulk: bool) -> np.ndarray:
@@ -204,7 +207,7 @@ class Encoder:
             return np.zeros((0, self.width), dtype=np.float32)
         unique = list(dict.fromkeys(texts))
         encodings = self.tokenizer.encode_batch(unique, add_special_tokens=True)
-        batches = self._batches([len(e.ids) for e in encodings], batch_size, BULK_BATCH_TOKENS if bulk else None)
+        batches = self._batches([len(e.ids) for e in encodings], batch_size, self._bulk_tokens if bulk else None)
         calls = [[encodings[i] for i in rows] for rows in batches]
         results = self._bulk.map(self._run_bulk, calls) if bulk else map(self._run, calls)
         out = np.empty((len(unique), self.width), dtype=np.float32)
