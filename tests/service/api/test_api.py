@@ -241,7 +241,7 @@ def test_read_key_when_configured(tiny_bundle, tmp_path):
 
 def test_text_query_during_a_bulk_load_is_answered_within_its_timeout(tiny_bundle, start_service):
     """Indexing encodes on every core; a text query (a new text, so encoded) arriving meanwhile still gets one."""
-    service = start_service(tiny_bundle, MS_REQUEST_TIMEOUT_S="2", MS_EMBEDDING_CACHE_SIZE="0")
+    service = start_service(tiny_bundle, MS_REQUEST_TIMEOUT_S="5", MS_EMBEDDING_CACHE_SIZE="0")
     words = [f"{c}{n}" for n in range(40) for c in "abcdefgh"]
     rng = np.random.default_rng(0)
     loads = [
@@ -277,4 +277,4 @@ def test_text_query_during_a_bulk_load_is_answered_within_its_timeout(tiny_bundl
     assert len(spans) == len(loads)
     during = [(s, e) for s, e in answered if any(a <= s and e <= b for a, b in spans)]
     assert len(during) >= 5, (spans, answered)
-    assert max(e - s for s, e in during) < 2
+    assert max(e - s for s, e in during) < 5
