@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -171,10 +172,27 @@ class Catalog:
                     records.append(self._record(item, old.vectors))
                 else:
                     to_encode.append(item)
-        records += self.encode_items(to_encode, batch_size)
-        self.write(records)
-        written = [Item(r.id, r.title, r.description, r.metadata) for r in records]
-        return IndexResult(indexed=len(records), unchanged=unchanged), written
+        written = [Item(r.id, r.title, r.description, r.metadata) for r in records] + to_encode
+        self._write(records, to_encode, batch_size)
+        return IndexResult(indexed=len(written), unchanged=unchanged), written
+
+    def _write(self, records: list[StoredItem], to_encode: list[Item], batch_size: int) -> None:
+        """Upsert `records` and `to_encode` once encoded, in chunks of batch_size x workers items (an encoder call
+        or two per worker), each encoded while the one before it is written. Chunks are written in order and nothing
+        after a failure, which leaves what a single upsert's failure leaves: some points written, none acknowledged."""
+        size = batch_size * self.encoder.bulk_workers
+        chunks = [to_encode[start : start + size] for start in range(0, len(to_encode), size)]
+        if not chunks:
+            self.write(records)
+            return
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-encode") as encoding:
+            pending = encoding.submit(self.encode_items, chunks[0], batch_size)
+            for following in [*chunks[1:], None]:
+                encoded = pending.result()
+                if following:
+                    pending = encoding.submit(self.encode_items, following, batch_size)
+                self.write(records + encoded)
+                records = []
 
     def write(self, records: Sequence[StoredItem]) -> None:
         """Upsert records made by `encode_items` as they are (a rollout's copy: no change detection)."""
@@ -195,7 +213,7 @@ class Catalog:
                 if text.strip():
                     texts.append(text)
                     slots.append((row, col))
-        encoded = self.encoder.encode(texts, batch_size=batch_size)
+        encoded = self.encoder.encode_bulk(texts, batch_size=batch_size)
         dim = self.encoder.dim
         per_field = np.zeros((len(items), len(self.fields), encoded.shape[1]), dtype=np.float32)
         rows, cols = zip(*slots, strict=True)

@@ -125,6 +125,11 @@ class Settings(BaseSettings):
     query_batch_max_tokens: int = Field(8192, gt=0, description="tokens in one batched encoder call")
     query_queue_size: int = Field(256, gt=0, description="text queries waiting to be encoded (429 beyond)")
     index_batch_size: int = Field(64, gt=0, description="texts per encoder call when indexing")
+    # Indexing runs calls side by side, each on MS_INTRA_OP_THREADS threads, not one call on every core: no spinning
+    # intra-op pool to starve the event loop, and a query being encoded gets a core (encoder.Encoder).
+    index_workers: int = Field(
+        0, ge=0, description="encoder calls indexing runs at once; 0 = cores / MS_INTRA_OP_THREADS (set your CPU limit)"
+    )
 
     # --- ranking
     candidates_min: int = Field(100, gt=0, description="fewest ANN candidates reranked exactly")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -76,7 +77,9 @@ def open_runtime(settings: Settings, metrics: Metrics, rollout: Rollout) -> Runt
     its new bundle, too."""
     bundle = load_bundle(settings.bundle_dir)
     check_agreement(bundle, settings.min_neighbour_overlap)
-    encoder = Encoder(bundle, settings.providers, settings.intra_op_threads, settings.encoder_backend)
+    cores = len(os.sched_getaffinity(0))
+    workers = settings.index_workers or max(1, cores // (settings.intra_op_threads or cores))
+    encoder = Encoder(bundle, settings.providers, settings.intra_op_threads, settings.encoder_backend, workers)
     # A Qdrant server that is down at start-up is waited for: the service starts unready (/readyz 503) and recovers
     # when Qdrant answers, so pods need not be started in order.
     store = open_store(settings, vector_schema(bundle), wait_for_server=True)

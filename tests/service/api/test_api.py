@@ -4,8 +4,11 @@ Qdrant engine."""
 from __future__ import annotations
 
 import math
+import threading
+import time
 
 import httpx
+import numpy as np
 import pytest
 
 from metricsearch.service.process import ServiceProcess
@@ -270,3 +273,44 @@ def test_read_key_when_configured(tiny_bundle, tmp_path):
             assert paths[path][method]["security"] == [{scheme: []}], (path, method)  # both keys set: required
     finally:
         process.stop()
+
+
+def test_text_query_during_a_bulk_load_is_answered_within_its_timeout(tiny_bundle, start_service):
+    """Indexing encodes on every core; a text query (a new text, so encoded) arriving meanwhile still gets one."""
+    service = start_service(tiny_bundle, MS_REQUEST_TIMEOUT_S="5", MS_EMBEDDING_CACHE_SIZE="0")
+    words = [f"{c}{n}" for n in range(40) for c in "abcdefgh"]
+    rng = np.random.default_rng(0)
+    loads = [
+        [
+            {
+                "id": f"b{batch}-{n}",
+                "title": " ".join(rng.choice(words, 12)),
+                "description": " ".join(rng.choice(words, 60)),
+            }
+            for n in range(1000)
+        ]
+        for batch in range(3)
+    ]
+    spans: list[tuple[float, float]] = []
+
+    def load() -> None:
+        with service.client() as c:
+            for items in loads:
+                started = time.monotonic()
+                assert c.post("/index", json={"items": items}).status_code == 200
+                spans.append((started, time.monotonic()))
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    answered: list[tuple[float, float]] = []
+    with service.client() as c:
+        while loader.is_alive():
+            started = time.monotonic()
+            response = c.post("/similar", json={"text": f"query {len(answered)} {words[len(answered) % 320]}", "k": 5})
+            assert response.status_code == 200, response.text
+            answered.append((started, time.monotonic()))
+    loader.join()
+    assert len(spans) == len(loads)
+    during = [(s, e) for s, e in answered if any(a <= s and e <= b for a, b in spans)]
+    assert len(during) >= 5, (spans, answered)
+    assert max(e - s for s, e in during) < 5
