@@ -1,6 +1,6 @@
 """Hybrid retrieval at scale: what the lexical candidates and the fused rerank cost and find at 100k items.
 
-    .venv/bin/python -m bench.hybrid_scale [--items 100000] [--requests 400] [--recall-queries 100]
+    .venv/bin/python -m bench.hybrid_scale [--items 100000] [--requests 400] [--recall-queries 100] [--recall-k 10 100]
 
 One synthetic catalog (clusters of near-duplicates: per-field dense vectors around the cluster's, titles and
 descriptions that share the cluster's words and part number among Zipf-distributed vocabulary) is stored twice:
@@ -112,9 +112,11 @@ def build_store(bundle: Path, items: list[dict], fields: np.ndarray, data_dir: P
     store.close()
 
 
-def candidate_recall(bundle: Path, items: list[dict], fields: np.ndarray, data_dir: Path, queries: list[int]) -> dict:
-    """Per query item: the exact fused top 10 over every item (the rerank the service runs, on all of them) against
-    the service's own answer (its candidates, then the same rerank), in process on the stored catalog."""
+def candidate_recall(
+    bundle: Path, items: list[dict], fields: np.ndarray, data_dir: Path, queries: list[int], ks: list[int]
+) -> dict[int, dict]:
+    """Per query item and k: the exact fused top k over every item (the rerank the service runs, on all of them)
+    against the service's own answer (its candidates, then the same rerank), in process on the stored catalog."""
     loaded = load_bundle(bundle)
     store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(loaded))
     catalog = Catalog(loaded.manifest, Encoder(loaded), store, candidates_min=100, candidates_factor=10)
@@ -126,7 +128,8 @@ def candidate_recall(bundle: Path, items: list[dict], fields: np.ndarray, data_d
         for name, vector in lexical.documents(item["title"], item["description"]).items():
             documents[name].append(vector)
     stats = catalog.stats()
-    recalls, seconds = [], []
+    recalls: dict[int, list[float]] = {k: [] for k in ks}
+    seconds: dict[int, list[float]] = {k: [] for k in ks}
     for q in tqdm(queries, desc="recall"):
         item = items[q]
         terms = lexical.queries(item["title"], item["description"])
@@ -136,16 +139,20 @@ def candidate_recall(bundle: Path, items: list[dict], fields: np.ndarray, data_d
         }
         ranked = catalog.rerank(FieldVectors(fields[q], everything.present[q], None), everything, scores, stats)
         ranked.scores[q] = -np.inf
-        exact = {items[i]["id"] for i in scoring.top_k(ranked.scores, 10)}
-        started = time.perf_counter()
-        served = {match.id for match in catalog.similar_to_item(item["id"], 10)}
-        seconds.append(time.perf_counter() - started)
-        recalls.append(len(exact & served) / 10)
+        for k in ks:
+            exact = {items[i]["id"] for i in scoring.top_k(ranked.scores, k)}
+            started = time.perf_counter()
+            served = {match.id for match in catalog.similar_to_item(item["id"], k)}
+            seconds[k].append(time.perf_counter() - started)
+            recalls[k].append(len(exact & served) / k)
     store.close()
     return {
-        "recall": float(np.mean(recalls)),
-        "all": float(np.mean(np.equal(recalls, 1.0))),
-        "ms": 1000 * statistics.median(seconds),
+        k: {
+            "recall": float(np.mean(recalls[k])),
+            "all": float(np.mean(np.equal(recalls[k], 1.0))),
+            "ms": 1000 * statistics.median(seconds[k]),
+        }
+        for k in ks
     }
 
 
@@ -173,6 +180,7 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--recall-queries", type=int, default=100)
+    parser.add_argument("--recall-k", type=int, nargs="+", default=[10], help="candidate recall of the exact top k")
     args = parser.parse_args()
     started = time.time()
     items, fields = synthetic_catalog(args.items, load_bundle(args.bundle).manifest.encoder.dim)
@@ -183,7 +191,9 @@ def main() -> None:
         for bundle in (plain, args.bundle):
             build_store(bundle, items, fields, workdir / f"store-{bundle.name}")
         queries = np.random.default_rng(2).choice(len(items), args.recall_queries, replace=False).tolist()
-        recall = candidate_recall(args.bundle, items, fields, workdir / f"store-{args.bundle.name}", queries)
+        recall = candidate_recall(
+            args.bundle, items, fields, workdir / f"store-{args.bundle.name}", queries, args.recall_k
+        )
         latency = {
             b.name: by_id_latency(b, workdir / f"store-{b.name}", ids, args.requests) for b in (plain, args.bundle)
         }
@@ -194,7 +204,8 @@ def main() -> None:
         f"`{args.bundle.name}`; embedded store (qdrant-edge, HNSW built); answer cache off; whole run "
         f"{(time.time() - started) / 60:.0f} min.",
         f"Command: `.venv/bin/python -m bench.hybrid_scale --items {args.items} --requests {args.requests} "
-        f"--recall-queries {args.recall_queries}` (one run; client and service share the cores).",
+        f"--recall-queries {args.recall_queries} --recall-k {' '.join(map(str, args.recall_k))}` (one run; client "
+        "and service share the cores).",
         f"Catalog: {args.items:,} synthetic items in clusters of about {CLUSTER} (dense vectors around the cluster's; "
         "titles and descriptions sharing the cluster's words and, for 70%, a part number, among Zipf-distributed "
         f"words of a {VOCABULARY:,}-word vocabulary).",
@@ -209,11 +220,14 @@ def main() -> None:
         ):
             ratio = row[0] / before[k][0]
             lines.append(f"| {label} | {k} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {ratio:.2f} |")
+    for k, r in recall.items():
+        lines += [
+            "",
+            f"Candidate recall (default bundle, k = {k}, {len(queries)} query items): the served top {k} holds "
+            f"{r['recall']:.3f} of the exact fused top {k} over all {args.items:,} items on average; all {k} for "
+            f"{r['all']:.0%} of queries (in-process answer p50 {r['ms']:.1f} ms).",
+        ]
     lines += [
-        "",
-        f"Candidate recall (default bundle, k = 10, {len(queries)} query items): the served top 10 holds "
-        f"{recall['recall']:.3f} of the exact fused top 10 over all {args.items:,} items on average; all 10 for "
-        f"{recall['all']:.0%} of queries (in-process answer p50 {recall['ms']:.1f} ms).",
         "",
         "Target (issue: hybrid retrieval): by id p50 no more than 1.3x the dense-only service's.",
     ]

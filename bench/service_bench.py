@@ -3,6 +3,7 @@ and /index items/s next to the bare encoder's items/s on the same texts. Prints 
 "Service" section of BENCHMARKS.md.
 
     .venv/bin/python -m bench.service_bench [--sizes 10000 100000] [--requests 500] [--index-items 1000]
+        [--k 10 100]
 
 Scale items use synthetic vectors (low-rank, like real embeddings) written straight into the embedded store,
 then HNSW-indexed, because encoding 100k items with the real model takes ~20 min on 2 cores; the text and
@@ -213,17 +214,18 @@ def timed_service(bundle: Path, data_dir: Path, env: dict[str, str], rows: dict[
     return results
 
 
-def bench_scale(bundle: Path, n: int, requests: int, workdir: Path) -> dict:
-    """By id unfiltered, and with a filter keeping 10% of the items (`bucket` = 3) without and with its payload
-    index (MS_INDEXED_FIELDS), on the same store and requests."""
+def bench_scale(bundle: Path, n: int, requests: int, workdir: Path, ks: list[int]) -> dict:
+    """By id unfiltered at each of `ks`, and at the first k with a filter keeping 10% of the items (`bucket` = 3)
+    without and with its payload index (MS_INDEXED_FIELDS), on the same store and query items."""
     data_dir = workdir / f"scale-{n}"
     ids = synthetic_store(bundle, n, data_dir)
-    rng = np.random.default_rng(1)
-    bodies = [{"id": ids[i], "k": 10} for i in rng.integers(0, n, requests)]
-    filtered = [{**body, "filter": {"bucket": 3}} for body in bodies]
-    plain = timed_service(bundle, data_dir, {}, {"by id": bodies, "filtered, no index": filtered})
+    picks = np.random.default_rng(1).integers(0, n, requests)
+    bodies = {k: [{"id": ids[i], "k": k} for i in picks] for k in ks}
+    filtered = [{**body, "filter": {"bucket": 3}} for body in bodies[ks[0]]]
+    wide = {f"by id, k={k}": bodies[k] for k in ks[1:]}
+    plain = timed_service(bundle, data_dir, {}, {"by id": bodies[ks[0]], **wide, "filtered, no index": filtered})
     indexed = timed_service(bundle, data_dir, {"MS_INDEXED_FIELDS": "bucket:float"}, {"filtered, indexed": filtered})
-    return {"n": n, **plain, **indexed}
+    return {"n": n, "k": ks[0], **plain, **indexed}
 
 
 def scale_rows(scale: list[dict]) -> list[str]:
@@ -234,8 +236,11 @@ def scale_rows(scale: list[dict]) -> list[str]:
     }
     lines = ["| measure | items | p50 ms | p99 ms | server p50 ms | req/s (4 clients) |", "|---|---|---|---|---|---|"]
     for s in scale:
-        for row, label in labels.items():
+        for row in (name for name in s if name not in ("n", "k")):
             r = s[row]
+            label = labels.get(row, f"`/similar` {row}, HTTP round trip")
+            if s["k"] != 10 and row in labels:
+                label += f", k={s['k']}"
             rps = f"{r['rps']:.0f}" if "rps" in r else ""
             lines.append(f"| {label} | {s['n']:,} | {r['p50']:.2f} | {r['p99']:.2f} | {r['server_p50']:.2f} | {rps} |")
     return lines
@@ -249,13 +254,16 @@ def main() -> None:
     parser.add_argument("--index-items", type=int, default=1000)
     parser.add_argument("--index-rounds", type=int, default=3)
     parser.add_argument(
+        "--k", type=int, nargs="+", default=[10], help="by-id rows at each k (the filtered rows use the first)"
+    )
+    parser.add_argument(
         "--scale-only", action="store_true", help="only the by-id rows, printed (BENCHMARKS.md is left as it is)"
     )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="ms-bench-") as tmp:
         workdir = Path(tmp)
-        scale = [bench_scale(args.bundle, n, args.requests, workdir) for n in args.sizes]
+        scale = [bench_scale(args.bundle, n, args.requests, workdir, args.k) for n in args.sizes]
         if args.scale_only:
             print("\n".join(scale_rows(scale)))
             return
@@ -265,7 +273,8 @@ def main() -> None:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
         f"{platform.python_version()}; bundle `{args.bundle.name}`; embedded store (qdrant-edge, HNSW built).",
         f"Command: `.venv/bin/python -m bench.service_bench --sizes {' '.join(map(str, args.sizes))} "
-        f"--requests {args.requests} --index-items {args.index_items} --index-rounds {args.index_rounds}` (one run; "
+        f"--requests {args.requests} --index-items {args.index_items} --index-rounds {args.index_rounds} "
+        f"--k {' '.join(map(str, args.k))}` (one run; "
         "client and service share the 2 cores; the client is stdlib http.client with keep-alive; answer cache off "
         "for the by-id rows).",
         "",

@@ -20,8 +20,17 @@ EPS = 1e-12
 
 def normalize_rows(vectors: np.ndarray) -> np.ndarray:
     """Unit-norm rows; all-zero rows stay zero (a missing field)."""
-    norms = np.linalg.norm(vectors, axis=-1, keepdims=True)
-    return np.where(norms > EPS, vectors / np.maximum(norms, EPS), 0.0).astype(np.float32, copy=False)
+    return _unit_rows(vectors, np.linalg.norm(vectors, axis=-1, keepdims=True))
+
+
+def _unit_rows(vectors: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """`vectors` over their `norms` (keepdims), zero where a norm is below EPS. One division, and the masking pass
+    only when some row needs it: a search unpacks 100-1000 candidates of 768 floats per request."""
+    kept = norms > EPS
+    units = vectors / np.where(kept, norms, 1.0)
+    if not kept.all():
+        units = np.where(kept, units, 0.0)
+    return units.astype(np.float32, copy=False)
 
 
 def angular_distance(cosine: np.ndarray) -> np.ndarray:
@@ -39,8 +48,8 @@ def pack(field_vectors: np.ndarray, weights: Sequence[float]) -> np.ndarray:
 def unpack(packed: np.ndarray, n_fields: int) -> tuple[np.ndarray, np.ndarray]:
     """(n, F * dim) packed vectors -> ((n, F, dim) unit per-field vectors, (n, F) bool: field present)."""
     fields = packed.reshape(packed.shape[0], n_fields, -1)
-    present = np.linalg.norm(fields, axis=-1) > 1e-6
-    return normalize_rows(fields), present
+    norms = np.linalg.norm(fields, axis=-1, keepdims=True)
+    return _unit_rows(fields, norms), norms[..., 0] > 1e-6
 
 
 def per_field_distances(
@@ -104,4 +113,10 @@ def top_k(scores: np.ndarray, k: int, ids: Sequence[str] | None = None) -> np.nd
     the order the store returned candidates in, which a restored or rebuilt index changes), else in input order."""
     if ids is None:
         return np.argsort(-scores, kind="stable")[:k]
-    return np.lexsort((np.asarray(ids), -scores))[:k]
+    shortlist = np.arange(len(scores))
+    if k < len(scores):  # only the scores tied with the k-th best or better can be among the k: sort those alone
+        kth = np.partition(-scores, k - 1)[k - 1]
+        if not np.isnan(kth):
+            shortlist = np.flatnonzero(-scores <= kth)
+    order = np.lexsort((np.asarray([ids[i] for i in shortlist]), -scores[shortlist]))
+    return shortlist[order[:k]]

@@ -411,11 +411,16 @@ class Catalog:
             ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
         # the text it replaced (a second read of the payloads would allow that).
+        best = scoring.top_k(ranked.scores, k, found.ids)
+        # The shown rows' components as one matrix, converted to floats in one call rather than value by value.
+        names = list(ranked.components)
+        shown = np.stack([ranked.components[name][best] for name in names], axis=1, dtype=np.float64)
+        finite = np.isfinite(shown).tolist()
         matches = []
-        for i in scoring.top_k(ranked.scores, k, found.ids):
+        for i, values, kept, score in zip(best, shown.tolist(), finite, ranked.scores[best].tolist(), strict=True):
             listing = found.listings[i]
-            field_scores = {name: _finite(values[i]) for name, values in ranked.components.items()}
-            matches.append(Match(listing.id, float(ranked.scores[i]), listing.title, listing.metadata, field_scores))
+            field_scores = {name: v if f else None for name, v, f in zip(names, values, kept, strict=True)}
+            matches.append(Match(listing.id, score, listing.title, listing.metadata, field_scores))
         return matches
 
     # --- the pieces a recommendation (service/recommend.py) ranks with
@@ -453,8 +458,3 @@ class Catalog:
         `points`: the candidates' point ids (`SearchResult.points`)."""
         lexical = None if terms is None else self._lexical(terms, candidates.present, points)
         return self.rerank.metric_scores(query, candidates, lexical)
-
-
-def _finite(value: float) -> float | None:
-    """A component's score, None where either item lacks the field."""
-    return float(value) if np.isfinite(value) else None

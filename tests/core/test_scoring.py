@@ -117,3 +117,28 @@ def test_top_k_breaks_ties_by_id_whatever_the_input_order():
     order = [4, 2, 0, 3, 1]
     shuffled_ids = [ids[j] for j in order]
     assert [shuffled_ids[i] for i in scoring.top_k(scores[order], 4, shuffled_ids)] == ["b", "c", "a", "d"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([-np.inf, -1.0, -0.5, 0.0, 0.25, 0.5, np.nan]), min_size=1, max_size=40),
+    st.integers(1, 45),
+    st.randoms(use_true_random=False),
+)
+def test_top_k_by_id_is_the_first_k_of_the_whole_sort(scores, k, rnd):
+    """The shortlist of scores tied with the k-th or better gives the k a sort of every candidate gives, ties (many
+    here), -inf and NaN included."""
+    ids = [f"id{n:03d}" for n in range(len(scores))]
+    rnd.shuffle(ids)
+    nan = [math.isnan(s) for s in scores]
+    whole = sorted(range(len(scores)), key=lambda i: (nan[i], 0.0 if nan[i] else -scores[i], ids[i]))[:k]
+    assert scoring.top_k(np.array(scores), k, ids).tolist() == whole
+
+
+def test_unpack_gives_unit_fields_and_zero_rows_for_missing_fields():
+    fields = np.random.default_rng(0).standard_normal((5, 2, 8)).astype(np.float32)
+    fields[[1, 3], 1] = 0.0
+    units, present = scoring.unpack(scoring.pack(fields, [1.0, 0.5]), 2)
+    assert units.dtype == np.float32 and present.tolist() == [[True, True], [True, False]] * 2 + [[True, True]]
+    np.testing.assert_allclose(units[present], scoring.normalize_rows(fields[present]), atol=1e-6)
+    assert np.array_equal(units[~present], np.zeros((2, 8)))

@@ -7,10 +7,9 @@ import time
 import orjson
 from fastapi import APIRouter, Response
 from fastapi.concurrency import run_in_threadpool
-from pydantic import TypeAdapter
 
 from metricsearch.core.records import Match
-from metricsearch.core.schemas import FieldScores, SimilarRequest, SimilarResponse, SimilarResult
+from metricsearch.core.schemas import FieldScores, SimilarRequest, SimilarResponse
 from metricsearch.core.spans import span
 from metricsearch.service.api.body import JSONRoute
 from metricsearch.service.api.deps import RuntimeDep
@@ -19,15 +18,22 @@ from metricsearch.service.recommend import Probe
 from metricsearch.service.search import TextQuery
 
 router = APIRouter(responses=ERRORS, route_class=JSONRoute, tags=["search"])
-_RESULTS = TypeAdapter(list[SimilarResult])
+_SCORES = tuple(FieldScores.model_fields)
 
 
 def _results_json(matches: list[Match]) -> bytes:
-    return _RESULTS.dump_json(
+    """`list[SimilarResult]` as JSON, written by orjson from the matches: building a pydantic model per result cost
+    20x the serialising (0.6 ms of a k=100 answer). Matches hold checked values already (stored metadata, float
+    scores); every FieldScores key is written, null where a match has no such component, as the model would."""
+    return orjson.dumps(
         [
-            SimilarResult(
-                id=m.id, score=m.score, title=m.title, metadata=m.metadata, scores=FieldScores(**m.field_scores)
-            )
+            {
+                "id": m.id,
+                "score": m.score,
+                "title": m.title,
+                "metadata": m.metadata,
+                "scores": {name: m.field_scores.get(name) for name in _SCORES},
+            }
             for m in matches
         ]
     )
