@@ -17,7 +17,8 @@ Written by hand: no library keeps a mutable CSR matrix with live document freque
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from itertools import repeat
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -102,18 +103,28 @@ class _Postings:
         frequency = np.array([self.frequency.get(t, 0) for t in query.indices.tolist()], dtype=np.float64)
         return query.values.astype(np.float64) * idf(frequency, self.documents)
 
-    def scores(self, query: SparseVector, rows: np.ndarray) -> np.ndarray:
-        """sum_t idf_t q_t d_t of each row (a negative row: no such point, 0)."""
+    def gather(self, rows: np.ndarray) -> _Gathered:
+        """The rows' terms and weights in one pass (a negative row: no such point, no terms), for every query that
+        scores them."""
         found = rows >= 0
-        starts = np.where(found, self.starts[np.maximum(rows, 0)], 0)
         lengths = np.where(found, self.lengths[np.maximum(rows, 0)], 0)
-        at = _positions(starts, lengths)
-        terms, values = self.indices[at], self.values[at].astype(np.float64)
-        weights = self.weights(query)
-        slot = np.minimum(np.searchsorted(query.indices, terms), len(query.indices) - 1)
-        hit = query.indices[slot] == terms
+        at = _positions(np.where(found, self.starts[np.maximum(rows, 0)], 0), lengths)
         owner = np.repeat(np.arange(len(rows)), lengths)
-        return np.bincount(owner, weights=np.where(hit, values * weights[slot], 0.0), minlength=len(rows))
+        return _Gathered(self.indices[at], self.values[at], owner, len(rows))
+
+    def scores(self, query: SparseVector, rows: _Gathered) -> np.ndarray:
+        """sum_t idf_t q_t d_t of each gathered row."""
+        slot = np.minimum(np.searchsorted(query.indices, rows.terms), len(query.indices) - 1)
+        weights = np.where(query.indices[slot] == rows.terms, self.weights(query)[slot], 0.0)
+        return np.bincount(rows.owner, weights=rows.values * weights, minlength=rows.count)
+
+
+class _Gathered(NamedTuple):
+    terms: np.ndarray
+    values: np.ndarray
+    owner: np.ndarray
+    """Each term's row (an index into the rows gathered)."""
+    count: int
 
 
 def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -150,12 +161,19 @@ class TermMirror:
     ) -> dict[str, np.ndarray]:
         """Each point's lexical score per named query (against the vector `using` names, else its own), aligned with
         `points`; 0 for an unknown point."""
-        rows = np.fromiter((self._rows.get(p, -1) for p in points), dtype=np.int64, count=len(points))
+        rows = np.fromiter(map(self._rows.get, points, repeat(-1)), dtype=np.int64, count=len(points))
         using = using or {}
-        return {
-            name: self._postings[using.get(name, name)].scores(query, rows) if len(query) else np.zeros(len(points))
-            for name, query in queries.items()
-        }
+        gathered: dict[str, _Gathered] = {}  # each stored vector's slices read once: the whole text serves two queries
+        scores = {}
+        for name, query in queries.items():
+            vector = using.get(name, name)
+            if not len(query):
+                scores[name] = np.zeros(len(points))
+                continue
+            if vector not in gathered:
+                gathered[vector] = self._postings[vector].gather(rows)
+            scores[name] = self._postings[vector].scores(query, gathered[vector])
+        return scores
 
     def strongest(self, name: str, query: SparseVector, keep: int = PREFETCH_TERMS) -> SparseVector:
         """The query's `keep` terms of the largest q_t idf_t, for the engine's candidate search."""

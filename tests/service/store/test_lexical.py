@@ -147,3 +147,59 @@ def test_a_delete_by_filter_leaves_the_term_frequencies_of_what_is_left(tmp_path
     expected = lexical_scores(query, [term_vector(t) for t in left.values()], frequencies, documents)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     store.close()
+
+
+WORDS = [f"w{n}" for n in range(40)]
+CANDIDATE_SEARCHES = {
+    "plain": ((), ()),
+    "filter": ((Equals("shop", "a"),), ()),
+    "exclude": ((), ("c0", "c3", "c9", "no-such-item")),
+    "filter-and-exclude": ((Equals("shop", "b"),), ("c2", "c4")),
+}
+
+
+@pytest.mark.parametrize("kind", ["edge", "remote-local"])
+@pytest.mark.parametrize("search", CANDIDATE_SEARCHES)
+def test_hybrid_candidates_equal_brute_force(tmp_path, kind, search):
+    """The candidates are the union of the dense top `limit` and the lexical top `limit` (points sharing a term),
+    both among the points the filter and the exclusions leave (queries of at most PREFETCH_TERMS terms: uncut)."""
+    rng = np.random.default_rng(4)
+    texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 9))) for _ in range(80)]
+    catalog = [
+        StoredItem(
+            id=f"c{n}",
+            title=text,
+            description="",
+            metadata={"shop": "a" if n % 3 else "b"},
+            content_hash=str(n),
+            vectors={"ann": rng.normal(size=8).astype(np.float32)},
+            sparse={"lex_title": term_vector(text)},
+        )
+        for n, text in enumerate(texts)
+    ]
+    if kind == "edge":
+        store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
+    else:
+        store = RemoteStore(QdrantClient(path=str(tmp_path / "local")), "items", SCHEMA)
+    store.upsert(catalog)
+    conditions, exclude = CANDIDATE_SEARCHES[search]
+    kept = [
+        n
+        for n, item in enumerate(catalog)
+        if item.id not in exclude and all(item.metadata[c.key] == c.value for c in conditions)
+    ]
+    frequencies, documents = document_frequencies(term_vector(t) for t in texts)
+    for q in range(5):
+        vector = rng.normal(size=8)
+        query = term_vector(" ".join(rng.choice(WORDS, size=4)))
+        ann = np.array([catalog[n].vectors["ann"] for n in kept])
+        cosine = ann @ vector / np.linalg.norm(ann, axis=1)
+        lexical = lexical_scores(query, [term_vector(texts[n]) for n in kept], frequencies, documents)
+        ranked = np.sort(lexical)[::-1]
+        # a limit that cuts the lexical ranking between two different scores, so the answer is one set
+        limit = next(n for n in (6, 5, 7, 4, 8, 3) if ranked[n - 1] > max(ranked[n], 0))
+        expected = {f"c{kept[i]}" for i in np.argsort(-cosine)[:limit]}
+        expected |= {f"c{kept[i]}" for i in np.argsort(-lexical)[:limit]}
+        found = store.search(vector, limit, conditions, exclude, lexical={"lex_title": query})
+        assert set(found.ids) == expected and len(found.ids) == len(expected), q
+    store.close()
