@@ -1,5 +1,5 @@
 """MS_METRICS_PORT over real HTTP: /metrics answers on its own port (the same series, counting the API's requests)
-and is an unknown path on the API port; settings that would bind it twice are refused."""
+and is an unknown path on the API port, out of its OpenAPI document; settings that would bind it twice are refused."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ def test_metrics_on_their_own_port_and_not_on_the_api_port(tiny_bundle, tmp_path
             assert api.post("/similar", json={"text": "red shirt"}).status_code == 200
             elsewhere = api.get("/metrics")
             assert elsewhere.status_code == 404 and elsewhere.json() == {"detail": "Not Found", "code": "not_found"}
+            assert "/metrics" not in api.get("/openapi.json").json()["paths"]
         scraped = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10)
         assert scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain")
         assert 'http_requests_total{handler="/similar",method="POST",status="200"} 1.0' in scraped.text

@@ -8,14 +8,11 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from metricsearch.service.api import deps, errors
 from metricsearch.service.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
-from metricsearch.service.api.routes import router
+from metricsearch.service.api.routes import metrics_router, router
 from metricsearch.service.runtime import Runtime
 from metricsearch.service.tracing import install_tracing
 
@@ -45,10 +42,6 @@ class _App(FastAPI):
         await self._with_request_id(scope, receive, send)
 
 
-async def _served_elsewhere(request: Request) -> Response:
-    raise StarletteHTTPException(404)
-
-
 def create_app(runtime: Runtime) -> FastAPI:
     settings = runtime.settings
 
@@ -75,10 +68,9 @@ def create_app(runtime: Runtime) -> FastAPI:
     )
     app.state.runtime = runtime
     runtime.rollout.on_swap(lambda swapped: setattr(app.state, "runtime", swapped))
-    if settings.metrics_port is not None:
-        # Matched before routes/ops.py's /metrics: on the API port it is then an unknown path, like any other.
-        app.add_route("/metrics", _served_elsewhere, include_in_schema=False)
     app.include_router(router)
+    if settings.metrics_port is None:  # else served on its own port (lifespan above), unknown here
+        app.include_router(metrics_router)
     errors.install(app)
     deps.declare_open_routes(app)
     runtime.metrics.http().instrument(app)

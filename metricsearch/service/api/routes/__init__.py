@@ -9,5 +9,6 @@ from metricsearch.service.api.routes import admin, batch, items, ops, search
 router = APIRouter()
 for resource in (items, search, batch, ops, admin):
     router.include_router(resource.router)
+metrics_router = ops.metrics_router
 
-__all__ = ["router"]
+__all__ = ["metrics_router", "router"]

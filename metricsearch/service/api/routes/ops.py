@@ -10,6 +10,8 @@ from metricsearch.service.api.deps import RuntimeDep
 from metricsearch.service.api.routes.common import ERRORS
 
 router = APIRouter(responses=ERRORS, tags=["ops"])
+metrics_router = APIRouter(responses=ERRORS, tags=["ops"])
+"""/metrics alone: left out of the API port (and its schema) when MS_METRICS_PORT serves it elsewhere."""
 
 
 @router.get("/livez")
@@ -36,6 +38,6 @@ def model(runtime: RuntimeDep) -> dict:
     return runtime.bundle.manifest.model_dump(mode="json")
 
 
-@router.get("/metrics", response_class=Response)
+@metrics_router.get("/metrics", response_class=Response)
 def metrics(runtime: RuntimeDep) -> Response:
     return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
