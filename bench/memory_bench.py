@@ -43,8 +43,15 @@ from metricsearch.core.bundle import Manifest, load_bundle
 from metricsearch.core.lexical import lexical_fields
 from metricsearch.core.records import Item, Match
 from metricsearch.core.second_order import serving_rank
-from metricsearch.service import Catalog, ServiceProcess, Settings, open_store, vector_schema
-from metricsearch.service.cache import ENTRY_OVERHEAD, answer_bytes
+from metricsearch.service import (
+    ENTRY_OVERHEAD,
+    Catalog,
+    ServiceProcess,
+    Settings,
+    answer_bytes,
+    open_store,
+    vector_schema,
+)
 
 BATCH = 2000
 MB = 1 << 20

@@ -119,9 +119,18 @@ def _addressable(item_id: str) -> str:
     return item_id
 
 
+ADDRESSABLE_PATTERN = r"^(?!(?:[^/]*/)*\.{1,2}(?:/|$))"
+"""`_addressable` as the OpenAPI document states it, for clients and fuzzers; only declared, since pydantic's Rust
+regex has no look-ahead."""
+
 ItemId = Annotated[
     Text,
-    Field(min_length=1, max_length=256, description="your id of the item (any string but '.'/'..' path segments)"),
+    Field(
+        min_length=1,
+        max_length=256,
+        description="your id of the item (any string but '.'/'..' path segments)",
+        json_schema_extra={"pattern": ADDRESSABLE_PATTERN},
+    ),
     AfterValidator(_addressable),
 ]
 MetadataKey = Annotated[

@@ -2,6 +2,7 @@
 /similar. What the CLI and the benchmarks may use is named here; everything else is the service's own."""
 
 from metricsearch.service.api.app import create_app
+from metricsearch.service.cache import ENTRY_OVERHEAD, answer_bytes
 from metricsearch.service.catalog import ANN_VECTOR, FACTORS_VECTOR, Catalog, content_hash, vector_schema
 from metricsearch.service.config import Settings
 from metricsearch.service.logs import configure_logging
@@ -16,6 +17,7 @@ from metricsearch.service.store.mirror import VectorMirror
 
 __all__ = [
     "ANN_VECTOR",
+    "ENTRY_OVERHEAD",
     "FACTORS_VECTOR",
     "AnyOf",
     "Catalog",
@@ -30,6 +32,7 @@ __all__ = [
     "StoredItem",
     "VectorMirror",
     "VectorSchema",
+    "answer_bytes",
     "build_runtime",
     "configure_logging",
     "content_hash",

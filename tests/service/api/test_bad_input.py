@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import statistics
 import threading
@@ -305,6 +306,14 @@ def test_ids_that_no_url_can_address_are_refused(client, item_id):
     response = client.post("/index", json={"items": [{"id": item_id, "title": "t"}]})
     assert_refused(client, response, 422, "items.0.id", "cannot be addressed")
     assert count(client) == before
+
+
+@pytest.mark.parametrize("item_id", [".", "..", "a/./b", "a/..", "../a", ".x", "..x", "a.b", "x/...", "shoes/red"])
+def test_an_id_is_refused_exactly_when_the_openapi_pattern_says_so(client, item_id):
+    """Fuzzers generate ids from the declared pattern: what it admits must be taken, what it excludes refused."""
+    declared = client.get("/openapi.json").json()["components"]["schemas"]["ItemIn"]["properties"]["id"]["pattern"]
+    response = client.post("/index", json={"items": [{"id": item_id, "title": "t"}]})
+    assert response.status_code == (200 if re.match(declared, item_id) else 422), response.text
 
 
 def test_a_title_is_blank_exactly_when_the_openapi_pattern_says_so(client):
