@@ -160,10 +160,10 @@ class _Folders:
 
 
 class _Collections:
-    """A Qdrant server: collections `<collection>.r<n>` behind the alias `<collection>` (store/remote.py
-    `Generations`). Each collection records the bundle that built it, so a restart after a swap serves it with that
-    bundle, like `serving.json` does for the embedded store; where that folder is missing on this machine, the store
-    refuses the collection at open, naming the bundle it needs."""
+    """A Qdrant server: the plain collection `<collection>`, then collections `<collection>.r<n>` behind the alias
+    `<collection>` (store/remote.py `Generations`). Each collection records the bundle that built it, so a restart
+    after a swap serves it with that bundle, like `serving.json` does for the embedded store; where that folder is
+    missing on this machine, the store refuses the collection at open, naming the bundle it needs."""
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -179,14 +179,14 @@ class _Collections:
         except StoreUnavailableError as e:
             log.warning("cannot tell which bundle built the served collection (%s); serving MS_BUNDLE_DIR", e)
             return settings
-        recorded = Path(str(record.get("bundle_dir") or settings.bundle_dir))
+        recorded = Path(str(record.get("bundle_dir", settings.bundle_dir.resolve())))
         if recorded == settings.bundle_dir.resolve() or not (recorded / MANIFEST_FILE).is_file():
             return settings
         try:
             if load_bundle(settings.bundle_dir).identity == record.get("identity"):
                 return settings  # the same bundle, moved
         except BundleError:
-            pass
+            pass  # MS_BUNDLE_DIR does not load: the recorded bundle is the one to serve
         _warn_if_other(recorded, settings, f"collection {served!r}")
         return settings.model_copy(update={"bundle_dir": recorded})
 
@@ -209,9 +209,13 @@ class _Collections:
             generations.point(new.collection)
 
     def drop(self, runtime: Runtime) -> None:
+        """A server that does not answer keeps the collection: the next start drops it (remove_leftovers)."""
         assert isinstance(runtime.store, RemoteStore), "a server's runtime has a RemoteStore"
-        with Generations(self._settings) as generations:
-            generations.drop(runtime.store.collection)
+        try:
+            with Generations(self._settings) as generations:
+                generations.drop(runtime.store.collection)
+        except StoreUnavailableError as e:
+            log.warning("collection %r left on the server for the next start to drop: %s", runtime.store.collection, e)
 
 
 def _warn_if_other(bundle_dir: Path, settings: Settings, where: str) -> None:

@@ -5,7 +5,8 @@ qdrant-client's own REST models, so a wrong shape fails. No Qdrant server binary
 Local mode has no payload indexes: this server keeps the ones created (`indexes`, {collection: {path: type}}) and
 lists them in the collection's info as a server does, and `index_calls` counts the create and delete calls.
 Aliases are local mode's: listed, changed in one call (all or none) and resolved on every collection's path, as a
-server does; a collection deleted takes its aliases with it.
+server does; a collection deleted takes its aliases with it. Local mode is not safe to call from several threads
+(a query racing a write fails inside it), so the calls are answered one at a time.
 
 `hang()` makes it a server that accepts connections and reads requests but never answers, until `answer()`;
 `delete_collection` drops the data as a server losing its volume would."""
@@ -34,6 +35,7 @@ class QdrantRest(ThreadingHTTPServer):
         self.answering = threading.Event()
         self.answering.set()
         self.held = 0
+        self.calls = threading.Lock()
         self.indexes: dict[str, dict[str, str]] = {}
         self.index_calls = 0
         """Requests received while hanging (each holds its connection open, unanswered)."""
@@ -96,7 +98,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client gave up on it long ago
             return
         try:
-            result = self._route(method, url.path, json.loads(body) if body else {}, parse_qs(url.query))
+            with self.server.calls:
+                result = self._route(method, url.path, json.loads(body) if body else {}, parse_qs(url.query))
         except KeyError as e:
             return self._send(404, {"status": {"error": f"Not found: {e}"}, "time": 0})
         except FileExistsError as e:

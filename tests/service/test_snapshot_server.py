@@ -255,7 +255,7 @@ def test_restore_of_what_is_not_a_server_snapshot_is_refused(qdrant, settings, t
         archive.add(Path(__file__), arcname="store.json")
     with pytest.raises(InvalidInputError, match=r"holds no config\.json"):
         restore(settings, embedded, overwrite=True)
-    assert qdrant.requests == []
+    assert {method for method, *_ in qdrant.requests} <= {"GET"}  # reads only: which bundle built the collection
 
 
 def test_server_down_is_a_clear_error(tiny_bundle, tmp_path, ours):
