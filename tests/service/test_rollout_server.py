@@ -77,6 +77,8 @@ def test_rollout_swaps_the_alias_without_a_failed_request(tiny_bundle, bundle_b,
             assert layout(qdrant)[1] == {"items": "items.r2"}
             assert client.model()["name"] == "tiny-bert"
             assert client.ready()["items"] == total
+        service.stop()
+        assert layout(qdrant) == ({"items.r2"}, {"items": "items.r2"})
 
 
 def test_abort_drops_the_shadow_collection(tiny_bundle, bundle_b, start_service, tmp_path):
