@@ -505,7 +505,10 @@ class RemoteStore:
             {name: p.size for name, p in named.items()},
             self._schema,
             where=where,
-            fix="Set MS_COLLECTION to a new collection name to index with this bundle, "
+            fix=f"A model rollout swapped it in as {self._name!r}: restart the service, which serves it with the "
+            "bundle it records (that bundle's folder must exist here), or set MS_BUNDLE_DIR to that bundle."
+            if self._collection != self._name
+            else "Set MS_COLLECTION to a new collection name to index with this bundle, "
             "or delete the collection and re-index the catalog with it.",
         )
         self._sync_indexes(

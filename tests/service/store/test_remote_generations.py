@@ -6,10 +6,11 @@ alias `items`, and a collection behind the alias that vanishes is not created ag
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 
-from metricsearch.core.errors import StoreUnavailableError
+from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
 from metricsearch.service.config import Settings
 from metricsearch.service.store import RemoteStore
 from metricsearch.service.store.guard import CallGuard
@@ -77,6 +78,20 @@ def test_a_start_finishes_a_first_swap_a_crash_interrupted(items):
             generations.point("items.r1")
             generations.remove_leftovers()
         assert layout(server) == ({"items.r1"}, {"items": "items.r1"})
+
+
+def test_a_collection_of_another_bundle_behind_the_alias_names_the_fix(items):
+    """What a replica that did not run the rollout meets when it opens the name after the swap with its old bundle."""
+    with QdrantRest() as server:
+        filled(server.url, "items", items(range(3)))
+        store = RemoteStore.connect(server.url, "items.r1", replace(SCHEMA, identity="other-bundle@2"))
+        store.close()
+        with Generations(Settings(qdrant_url=server.url, collection="items")) as generations:
+            generations.point("items.r1")
+        with pytest.raises(StoreMismatchError, match=r"'items.r1'.*other-bundle@2.*swapped it in as 'items'"):
+            RemoteStore.connect(server.url, "items", SCHEMA)
+        with pytest.raises(StoreMismatchError, match="Set MS_COLLECTION"):
+            RemoteStore.connect(server.url, "items.r1", SCHEMA)
 
 
 def test_a_collection_behind_the_alias_that_vanishes_is_not_created_again(items):
