@@ -3,10 +3,10 @@ between two requests. What differs between the stores is behind `_Folders` (embe
 server): where a shadow lives, what a swap commits, what is dropped after.
 
 - start: open the new bundle and an empty shadow store `<data_dir>/<collection>.r<n>/` (on a server: the collection
-  `<collection>.r<n>`) for it, and have the live
-  catalog apply each write to the shadow too (`Catalog.follower`). A thread reads the live store's items a page at a
-  time (their texts and metadata come from the store) and writes them, encoded by the new bundle, into the shadow.
-  A write that reaches the shadow after the copy read the item's page wins: the copy leaves that item out.
+  `<collection>.r<n>`) for it, and have the live catalog apply each write to the shadow too (`Catalog.follower`). A
+  thread reads the live store's items a page at a time (their texts and metadata come from the store) and writes
+  them, encoded by the new bundle, into the shadow. A write that reaches the shadow after the copy read the item's
+  page wins: the copy leaves that item out.
 - swap: once the copy is done, between two writes (`Catalog.writes`), flush the shadow and write
   `<data_dir>/<collection>.serving.json` naming its folder and bundle (one atomic rename: the commit point; on a
   server, one update of the aliases, store/remote.py `Generations`, and the collection records its bundle), then
@@ -14,10 +14,10 @@ server): where a shadow lives, what a swap commits, what is dropped after.
   request began before) go on to the new one; after RETIRE_AFTER_S the old store is closed and removed.
 - abort: stop the copy, close and remove the shadow.
 
-A crash before the commit leaves `serving.json` (the alias) naming the old store, which holds every acknowledged
-write; after it, the new one, which does too (each write is applied to both before it is acknowledged). Start-up
-serves what it names (with the bundle it was built by, not MS_BUNDLE_DIR, once a rollout was swapped in) and
-removes the collection's other stores: a half-built shadow, or the store a swap retired.
+A crash before the commit leaves `serving.json` (on a server, the aliases) naming the old store, which holds every
+acknowledged write; after it, the new one, which does too (each write is applied to both before it is
+acknowledged). Start-up serves what it names (with the bundle it was built by, not MS_BUNDLE_DIR, once a rollout was
+swapped in) and removes the collection's other stores: a half-built shadow, or the store a swap retired.
 
 With a Qdrant server several replicas share the collection, but only the one running the rollout mirrors its writes
 into the shadow, and a replica's start-up drops the shadow of a rollout under way elsewhere: run the rollout with
