@@ -1,20 +1,27 @@
-"""Model rollout without downtime (embedded store): a new bundle's shadow store is filled while the live one serves,
-then swapped in between two requests.
+"""Model rollout without downtime: a new bundle's shadow store is filled while the live one serves, then swapped in
+between two requests. What differs between the stores is behind `_Folders` (embedded) and `_Collections` (Qdrant
+server): where a shadow lives, what a swap commits, what is dropped after.
 
-- start: open the new bundle and an empty shadow store `<data_dir>/<collection>.r<n>/` for it, and have the live
-  catalog apply each write to the shadow too (`Catalog.follower`). A thread reads the live store's items a page at a
-  time (their texts and metadata come from the store) and writes them, encoded by the new bundle, into the shadow.
-  A write that reaches the shadow after the copy read the item's page wins: the copy leaves that item out.
+- start: open the new bundle and an empty shadow store `<data_dir>/<collection>.r<n>/` (on a server: the collection
+  `<collection>.r<n>`) for it, and have the live catalog apply each write to the shadow too (`Catalog.follower`). A
+  thread reads the live store's items a page at a time (their texts and metadata come from the store) and writes
+  them, encoded by the new bundle, into the shadow. A write that reaches the shadow after the copy read the item's
+  page wins: the copy leaves that item out.
 - swap: once the copy is done, between two writes (`Catalog.writes`), flush the shadow and write
-  `<data_dir>/<collection>.serving.json` naming its folder and bundle (one atomic rename: the commit point), then
+  `<data_dir>/<collection>.serving.json` naming its folder and bundle (one atomic rename: the commit point; on a
+  server, one update of the aliases, store/remote.py `Generations`, and the collection records its bundle), then
   publish the runtime around it: every request from then on gets it. Writes that still reach the old catalog (their
-  request began before) go on to the new one; after RETIRE_AFTER_S the old store is closed and its folder removed.
+  request began before) go on to the new one; after RETIRE_AFTER_S the old store is closed and removed.
 - abort: stop the copy, close and remove the shadow.
 
-A crash before the rename leaves `serving.json` naming the old store, which holds every acknowledged write; after
-it, the new one, which does too (each write is applied to both before it is acknowledged). Start-up serves what
-`serving.json` names (its bundle, not MS_BUNDLE_DIR, once a rollout was swapped in) and removes the other folders of
-the collection: a half-built shadow, or the store a swap retired."""
+A crash before the commit leaves `serving.json` (on a server, the aliases) naming the old store, which holds every
+acknowledged write; after it, the new one, which does too (each write is applied to both before it is
+acknowledged). Start-up serves what it names (with the bundle it was built by, not MS_BUNDLE_DIR, once a rollout was
+swapped in) and removes the collection's other stores: a half-built shadow, or the store a swap retired.
+
+With a Qdrant server several replicas share the collection, but only the one running the rollout mirrors its writes
+into the shadow, and a replica's start-up drops the shadow of a rollout under way elsewhere: run the rollout with
+writes going to that replica alone, and restart the others after the swap (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -27,17 +34,25 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fastapi.concurrency import run_in_threadpool
 
 from metricsearch.core.bundle import MANIFEST_FILE, load_bundle
-from metricsearch.core.errors import BundleError, InvalidInputError, NotFoundError, RolloutError, StoreMismatchError
+from metricsearch.core.errors import (
+    BundleError,
+    InvalidInputError,
+    NotFoundError,
+    RolloutError,
+    StoreMismatchError,
+    StoreUnavailableError,
+)
 from metricsearch.core.records import Item
 from metricsearch.core.schemas import RolloutStatus
 from metricsearch.service.config import Settings
 from metricsearch.service.store.atomic import written_whole
 from metricsearch.service.store.base import Condition
+from metricsearch.service.store.remote import Generations, RemoteStore
 
 if TYPE_CHECKING:
     from metricsearch.service.catalog import Catalog
@@ -52,51 +67,165 @@ RETIRE_AFTER_S = 30.0
 
 
 def serving_settings(settings: Settings) -> Settings:
-    """The settings as the last swapped rollout left them: its bundle, served from its store folder (unchanged when
-    none was swapped, and for a Qdrant server)."""
-    pointer = _pointer(settings)
-    if settings.qdrant_url or not pointer.is_file():
-        return settings
-    try:
-        state = json.loads(pointer.read_text())
-        bundle_dir, folder = Path(state["bundle_dir"]), str(state["collection"])
-    except (ValueError, KeyError, TypeError) as e:
-        raise StoreMismatchError(
-            f"{pointer} is damaged ({e!r}): it names the store and bundle a model rollout swapped in; write it again "
-            'as {"collection": "<folder under MS_DATA_DIR>", "bundle_dir": "<bundle folder>"}'
-        ) from e
-    if not (settings.data_dir / folder).is_dir():
-        raise StoreMismatchError(
-            f"{pointer} names the store {settings.data_dir / folder}, which is gone: restore a snapshot there, or "
-            f"remove {pointer} to serve {settings.data_dir / settings.collection} with MS_BUNDLE_DIR"
-        )
+    """The settings as the last swapped rollout left them: its bundle and store (unchanged when none was swapped)."""
+    return _generations(settings).serving()
+
+
+def remove_leftovers(settings: Settings, served: Settings) -> None:
+    """Remove the collection's stores that `served` does not use: a shadow a crash or a stop interrupted, the store
+    a swap retired. Called once the served store is open (the embedded store's lock keeps a second service out)."""
+    _generations(settings).remove_leftovers(served)
+
+
+class _Generations(Protocol):
+    """The store-specific part of a rollout: the stores of one collection, and which one is served."""
+
+    def serving(self) -> Settings: ...
+
+    def remove_leftovers(self, served: Settings) -> None: ...
+
+    def next_name(self) -> str:
+        """The collection name of the next rollout's shadow store."""
+        ...
+
+    def commit(self, new: Settings) -> None:
+        """Serve the store `new` names from now on, also after a restart: the swap's commit point."""
+        ...
+
+    def drop(self, runtime: Runtime) -> None:
+        """Remove a closed runtime's store (retired or aborted)."""
+        ...
+
+
+def _generations(settings: Settings) -> _Generations:
+    return _Collections(settings) if settings.qdrant_url else _Folders(settings)
+
+
+class _Folders:
+    """The embedded store: folders `<data_dir>/<collection>[.r<n>]`, `<collection>.serving.json` naming the one
+    served and its bundle once a rollout was swapped in."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._pointer = settings.data_dir / f"{settings.collection}.serving.json"
+
+    def serving(self) -> Settings:
+        settings, pointer = self._settings, self._pointer
+        if not pointer.is_file():
+            return settings
+        try:
+            state = json.loads(pointer.read_text())
+            bundle_dir, folder = Path(state["bundle_dir"]), str(state["collection"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise StoreMismatchError(
+                f"{pointer} is damaged ({e!r}): it names the store and bundle a model rollout swapped in; write it "
+                'again as {"collection": "<folder under MS_DATA_DIR>", "bundle_dir": "<bundle folder>"}'
+            ) from e
+        if not (settings.data_dir / folder).is_dir():
+            raise StoreMismatchError(
+                f"{pointer} names the store {settings.data_dir / folder}, which is gone: restore a snapshot there, or "
+                f"remove {pointer} to serve {settings.data_dir / settings.collection} with MS_BUNDLE_DIR"
+            )
+        _warn_if_other(bundle_dir, settings, str(pointer))
+        return settings.model_copy(update={"bundle_dir": bundle_dir, "collection": folder})
+
+    def remove_leftovers(self, served: Settings) -> None:
+        if not self._settings.data_dir.is_dir():
+            return
+        for child in self._settings.data_dir.iterdir():
+            if child.is_dir() and child.name != served.collection and self._of_collection(child.name):
+                log.info("removing %s, left by a model rollout", child)
+                shutil.rmtree(child)
+
+    def _of_collection(self, name: str) -> bool:
+        collection = self._settings.collection
+        return name == collection or re.fullmatch(rf"{re.escape(collection)}\.r\d+", name) is not None
+
+    def next_name(self) -> str:
+        collection = self._settings.collection
+        numbers = [
+            int(m.group(1))
+            for child in self._settings.data_dir.iterdir()
+            if (m := re.fullmatch(rf"{re.escape(collection)}\.r(\d+)", child.name))
+        ]
+        return f"{collection}.r{1 + max(numbers, default=0)}"
+
+    def commit(self, new: Settings) -> None:
+        state = {"collection": new.collection, "bundle_dir": str(new.bundle_dir)}
+        with written_whole(self._pointer) as partial:
+            partial.write_text(json.dumps(state, indent=2) + "\n")
+
+    def drop(self, runtime: Runtime) -> None:
+        shutil.rmtree(self._settings.data_dir / runtime.settings.collection, ignore_errors=True)
+
+
+class _Collections:
+    """A Qdrant server: the plain collection `<collection>`, then collections `<collection>.r<n>` behind the alias
+    `<collection>` (store/remote.py `Generations`). Each collection records the bundle that built it, so a restart
+    after a swap serves it with that bundle, like `serving.json` does for the embedded store; where that folder is
+    missing on this machine, the store refuses the collection at open, naming the bundle it needs."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    def serving(self) -> Settings:
+        """MS_BUNDLE_DIR unless the served collection was built by another bundle whose folder is here. A server
+        that does not answer yet leaves the settings as they are: the store checks the collection when it opens."""
+        settings = self._settings
+        try:
+            with Generations(settings) as generations:
+                served = generations.served()
+                record = generations.record(served) if served else {}
+        except StoreUnavailableError as e:
+            log.warning("cannot tell which bundle built the served collection (%s); serving MS_BUNDLE_DIR", e)
+            return settings
+        recorded = Path(str(record.get("bundle_dir", settings.bundle_dir.resolve())))
+        if recorded == settings.bundle_dir.resolve() or not (recorded / MANIFEST_FILE).is_file():
+            return settings
+        try:
+            if load_bundle(settings.bundle_dir).identity == record.get("identity"):
+                return settings  # the same bundle, moved
+        except BundleError:
+            pass  # MS_BUNDLE_DIR does not load: the recorded bundle is the one to serve
+        _warn_if_other(recorded, settings, f"collection {served!r}")
+        return settings.model_copy(update={"bundle_dir": recorded})
+
+    def remove_leftovers(self, served: Settings) -> None:
+        try:
+            with Generations(self._settings) as generations:
+                generations.remove_leftovers()
+        except StoreUnavailableError as e:
+            log.warning("left what a model rollout may have left on the server: %s", e)
+
+    def next_name(self) -> str:
+        with Generations(self._settings) as generations:
+            names = generations.names()
+        collection = self._settings.collection
+        numbers = [int(m.group(1)) for n in names if (m := re.fullmatch(rf"{re.escape(collection)}\.r(\d+)", n))]
+        return f"{collection}.r{1 + max(numbers, default=0)}"
+
+    def commit(self, new: Settings) -> None:
+        with Generations(self._settings) as generations:
+            generations.point(new.collection)
+
+    def drop(self, runtime: Runtime) -> None:
+        """A server that does not answer keeps the collection: the next start drops it (remove_leftovers)."""
+        assert isinstance(runtime.store, RemoteStore), "a server's runtime has a RemoteStore"
+        try:
+            with Generations(self._settings) as generations:
+                generations.drop(runtime.store.collection)
+        except StoreUnavailableError as e:
+            log.warning("collection %r left on the server for the next start to drop: %s", runtime.store.collection, e)
+
+
+def _warn_if_other(bundle_dir: Path, settings: Settings, where: str) -> None:
     if bundle_dir != settings.bundle_dir.resolve():
         log.warning(
             "serving %s, which a model rollout swapped in (%s), not MS_BUNDLE_DIR %s",
             bundle_dir,
-            pointer,
+            where,
             settings.bundle_dir,
         )
-    return settings.model_copy(update={"bundle_dir": bundle_dir, "collection": folder})
-
-
-def remove_leftovers(settings: Settings, served: Settings) -> None:
-    """Remove the collection's folders that `served` does not use: a shadow a crash or a stop interrupted, the store
-    a swap retired. Called once the served store is open, so its lock keeps a second service from getting here."""
-    if settings.qdrant_url or not settings.data_dir.is_dir():
-        return
-    for child in settings.data_dir.iterdir():
-        if child.is_dir() and child.name != served.collection and _of_collection(settings, child.name):
-            log.info("removing %s, left by a model rollout", child)
-            shutil.rmtree(child)
-
-
-def _pointer(settings: Settings) -> Path:
-    return settings.data_dir / f"{settings.collection}.serving.json"
-
-
-def _of_collection(settings: Settings, name: str) -> bool:
-    return name == settings.collection or re.fullmatch(rf"{re.escape(settings.collection)}\.r\d+", name) is not None
 
 
 class _Shadow:
@@ -201,6 +330,7 @@ class Rollout:
         self._served = served
         self._build = build
         self._publish: Callable[[Runtime], None] = lambda runtime: None
+        self._generations = _generations(settings)
         self._state = threading.Lock()
         self._shadow: _Shadow | None = None
         self._retiring: dict[asyncio.Task[None], Runtime] = {}
@@ -222,11 +352,6 @@ class Rollout:
                 raise RolloutError(
                     f"a rollout to {self._shadow.runtime.bundle.manifest.name} is under way: swap or abort it first"
                 )
-            if self._settings.qdrant_url:
-                raise RolloutError(
-                    "a model rollout needs the embedded store for now; with a Qdrant server, index the catalog into "
-                    "a new collection (MS_COLLECTION) with the new bundle and move the replicas over"
-                )
             try:
                 path = Path(bundle_dir).resolve()
                 if not (path / MANIFEST_FILE).is_file():
@@ -236,8 +361,7 @@ class Rollout:
                 load_bundle(path)
             except (BundleError, OSError, ValueError, RuntimeError) as e:  # a path the OS refuses: the caller's
                 raise InvalidInputError(f"cannot roll out {bundle_dir!r}: {e}") from e
-            folder = self._next_folder()
-            shutil.rmtree(self._settings.data_dir / folder, ignore_errors=True)
+            folder = self._generations.next_name()
             runtime = self._build(self._served.model_copy(update={"bundle_dir": path, "collection": folder}))
             source = self.live.catalog
             shadow = _Shadow(runtime, source, self._settings.index_batch_size)
@@ -247,14 +371,6 @@ class Rollout:
             shadow.thread.start()
             log.info("rollout started", extra={"bundle": runtime.bundle.manifest.name, "folder": folder})
             return self.status()
-
-    def _next_folder(self) -> str:
-        numbers = [
-            int(m.group(1))
-            for child in self._settings.data_dir.iterdir()
-            if (m := re.fullmatch(rf"{re.escape(self._settings.collection)}\.r(\d+)", child.name))
-        ]
-        return f"{self._settings.collection}.r{1 + max(numbers, default=0)}"
 
     async def swap(self) -> RolloutStatus:
         """Serve the shadow from the next request on; refused until its copy is done."""
@@ -291,9 +407,7 @@ class Rollout:
             with old.catalog.writes.exclusive():
                 shadow.runtime.store.flush()
                 new = shadow.runtime.settings
-                state = {"collection": new.collection, "bundle_dir": str(new.bundle_dir)}
-                with written_whole(_pointer(self._settings)) as partial:
-                    partial.write_text(json.dumps(state, indent=2) + "\n")
+                self._generations.commit(new)
                 shadow.swapped = True
                 self.live = shadow.runtime
                 self._served = new
@@ -309,7 +423,7 @@ class Rollout:
 
     def _remove(self, old: Runtime) -> None:
         old.close()
-        shutil.rmtree(self._settings.data_dir / old.settings.collection, ignore_errors=True)
+        self._generations.drop(old)
 
     def abort(self) -> RolloutStatus:
         """Stop the copy, stop mirroring writes, and drop the shadow store."""

@@ -4,6 +4,9 @@ qdrant-client's own REST models, so a wrong shape fails. No Qdrant server binary
 
 Local mode has no payload indexes: this server keeps the ones created (`indexes`, {collection: {path: type}}) and
 lists them in the collection's info as a server does, and `index_calls` counts the create and delete calls.
+Aliases are local mode's: listed, changed in one call (all or none) and resolved on every collection's path, as a
+server does; a collection deleted takes its aliases with it. Local mode is not safe to call from several threads
+(a query racing a write fails inside it), so the calls are answered one at a time.
 
 `hang()` makes it a server that accepts connections and reads requests but never answers, until `answer()`;
 `delete_collection` drops the data as a server losing its volume would."""
@@ -32,6 +35,7 @@ class QdrantRest(ThreadingHTTPServer):
         self.answering = threading.Event()
         self.answering.set()
         self.held = 0
+        self.calls = threading.Lock()
         self.indexes: dict[str, dict[str, str]] = {}
         self.index_calls = 0
         """Requests received while hanging (each holds its connection open, unanswered)."""
@@ -94,23 +98,48 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client gave up on it long ago
             return
         try:
-            result = self._route(method, url.path, json.loads(body) if body else {}, parse_qs(url.query))
+            with self.server.calls:
+                result = self._route(method, url.path, json.loads(body) if body else {}, parse_qs(url.query))
         except KeyError as e:
             return self._send(404, {"status": {"error": f"Not found: {e}"}, "time": 0})
+        except FileExistsError as e:
+            return self._send(409, {"status": {"error": str(e)}, "time": 0})
         except ValueError as e:
             return self._send(400, {"status": {"error": str(e)}, "time": 0})
         self._send(200, {"result": _dump(result), "status": "ok", "time": 0.001})
 
     def _route(self, method: str, path: str, body: dict, query: dict) -> object:
         local = self.server.local
-        match = re.fullmatch(r"/collections/([\w-]+)(/.*)?", path)
+        if path == "/aliases" and method == "GET":
+            return local.get_aliases()
+        if path == "/collections/aliases" and method == "POST":
+            return local.update_collection_aliases(qm.ChangeAliasesOperation.model_validate(body).actions)
+        if path == "/collections" and method == "GET":
+            return local.get_collections()
+        match = re.fullmatch(r"/collections/([\w.-]+)(/.*)?", path)
         if match is None:
             raise KeyError(path)
-        name, rest = match[1], match[2] or ""
+        rest = match[2] or ""
+        if rest == "" and method == "PUT":
+            if local.collection_exists(match[1]):
+                raise FileExistsError(f"Collection `{match[1]}` already exists!")
+            create = qm.CreateCollection.model_validate(body)
+            return local.create_collection(
+                match[1],
+                vectors_config=create.vectors,
+                sparse_vectors_config=create.sparse_vectors,
+                metadata=create.metadata,
+            )
+        name = {a.alias_name: a.collection_name for a in local.get_aliases().aliases}.get(match[1], match[1])
         if rest == "/exists":
             return {"exists": local.collection_exists(name)}
-        if not local.collection_exists(name) and not (method == "PUT" and rest == ""):
+        if not local.collection_exists(name):
             raise KeyError(f"Collection `{name}` doesn't exist!")
+        if rest == "" and method == "DELETE":
+            self.server.indexes.pop(name, None)
+            return local.delete_collection(name)
+        if rest == "/aliases" and method == "GET":
+            return local.get_collection_aliases(name)
         if rest == "" and method == "GET":
             info = local.get_collection(name)
             schema = self.server.indexes.get(name, {})
@@ -118,14 +147,6 @@ class _Handler(BaseHTTPRequestHandler):
                 path: qm.PayloadIndexInfo(data_type=qm.PayloadSchemaType(t), points=0) for path, t in schema.items()
             }
             return info
-        if rest == "" and method == "PUT":
-            create = qm.CreateCollection.model_validate(body)
-            return local.create_collection(
-                name,
-                vectors_config=create.vectors,
-                sparse_vectors_config=create.sparse_vectors,
-                metadata=create.metadata,
-            )
         if rest == "/index" and method == "PUT":
             create = qm.CreateFieldIndex.model_validate(body)
             kind = qm.PayloadSchemaType(create.field_schema).value

@@ -241,7 +241,8 @@ def test_restore_of_another_bundles_snapshot_is_refused_before_the_server_change
     with pytest.raises(StoreMismatchError, match="MS_BUNDLE_DIR") as error:
         restore(settings, source, overwrite=True)
     assert needle in str(error.value)
-    assert qdrant.requests == [] and qdrant.collections["items"] == (ours, 5)
+    # Reads only (which bundle built the served collection, service/rollout.py): nothing on the server changed.
+    assert {method for method, *_ in qdrant.requests} <= {"GET"} and qdrant.collections["items"] == (ours, 5)
 
 
 def test_restore_of_what_is_not_a_server_snapshot_is_refused(qdrant, settings, tmp_path):
@@ -254,7 +255,7 @@ def test_restore_of_what_is_not_a_server_snapshot_is_refused(qdrant, settings, t
         archive.add(Path(__file__), arcname="store.json")
     with pytest.raises(InvalidInputError, match=r"holds no config\.json"):
         restore(settings, embedded, overwrite=True)
-    assert qdrant.requests == []
+    assert {method for method, *_ in qdrant.requests} <= {"GET"}  # reads only: which bundle built the collection
 
 
 def test_server_down_is_a_clear_error(tiny_bundle, tmp_path, ours):

@@ -7,6 +7,11 @@ a restart when Qdrant comes back. Once open, a collection that vanishes (the ser
 error state, never recreated empty behind the users' back: it is unready until the collection is back (a restored
 snapshot) or the service restarts, which creates it empty to re-index.
 
+A model rollout (service/rollout.py, `Generations` here) keeps the served name `<collection>` and moves what it names:
+the plain collection `<collection>` a first start creates, then after each swap a collection `<collection>.r<n>`
+behind the alias `<collection>`. The store resolves the name when it opens (`served_collection`) and from then on
+works on that collection, so a store a swap retired keeps working on its own until it is closed.
+
 Search reads candidates' ids, scores and listings; their vectors (all the rerank needs besides) come from a
 byte-bounded cache keyed by (point, content hash), and only the points it lacks are read with their vectors, in one
 more call: a warm service moves no vectors as JSON, where every search used to read each candidate's (with a
@@ -26,6 +31,7 @@ import json
 import logging
 import math
 import os
+import re
 import tarfile
 import threading
 import warnings
@@ -82,15 +88,34 @@ _TRANSFER_CHUNK = 1 << 16
 _TRANSFER_ERRORS = (httpx.HTTPError, ResponseHandlingException, UnexpectedResponse, OSError)
 _LISTED = ["id", "title", "metadata", "content_hash"]
 """What a search reads of each candidate's payload: its listing and the hash that keys its vectors."""
+NEXT = ".next"
+"""Suffix of the alias a swap away from a plain collection points first (Generations)."""
+
+
+def is_generation(name: str) -> bool:
+    """A collection a model rollout made, `<collection>.r<n>`: opened by that name, never through an alias."""
+    return re.fullmatch(r".+\.r\d+", name) is not None
+
+
+def served_collection(client: QdrantClient, name: str) -> str | None:
+    """The collection that serves the name `name`: the target of the alias `<name>.next` while a swap away from the
+    plain collection `<name>` is unfinished, else of the alias `<name>`, else the plain collection; None if none."""
+    aliases = {a.alias_name: a.collection_name for a in client.get_aliases().aliases}
+    target = aliases.get(name + NEXT) or aliases.get(name)
+    if target is not None:
+        return target
+    return name if client.collection_exists(name) else None
 
 
 class RemoteStore:
     """The Store on one collection; creates it (named cosine vectors, `shards` x `replication` on a cluster) when
     missing, and keeps payload indexes on the metadata keys of `indexed_fields` ({key: type}, payload.sync_indexes;
-    None leaves the collection's indexes as they are). Owns `client` from the start: closed by close() or when
-    opening fails. `url` only names the server in error messages. With `wait_for_server`, a server that does not
-    answer yet is not an error: every call retries opening the collection (and raises StoreUnavailableError until it
-    can)."""
+    None leaves the collection's indexes as they are). `collection` is a served name (resolved when the store opens,
+    see served_collection) or a rollout's `<collection>.r<n>`; a collection it creates records the bundle's identity
+    and `bundle_dir` (the bundle a restart serves it with, service/rollout.py). Owns `client` from the start: closed
+    by close() or when opening fails. `url` only names the server in error messages. With `wait_for_server`, a server
+    that does not answer yet is not an error: every call retries opening the collection (and raises
+    StoreUnavailableError until it can)."""
 
     def __init__(
         self,
@@ -105,11 +130,15 @@ class RemoteStore:
         guard: CallGuard | None = None,
         vector_cache_mb: float = 256,
         indexed_fields: Mapping[str, str] | None = None,
+        bundle_dir: Path | None = None,
     ) -> None:
         self._client = client
         self._indexed_fields = indexed_fields
         self._vectors = VectorCache(int(vector_cache_mb * 2**20))
+        self._name = collection
         self._collection = collection
+        """The collection itself, once the store opened it (`_name` resolved)."""
+        self._bundle_dir = bundle_dir
         self._schema = schema
         self._url = url or "the Qdrant server"
         self._layout = collection_layout(shards, replication)
@@ -147,6 +176,7 @@ class RemoteStore:
         guard: CallGuard | None = None,
         vector_cache_mb: float = 256,
         indexed_fields: Mapping[str, str] | None = None,
+        bundle_dir: Path | None = None,
     ) -> RemoteStore:
         client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout_s), check_compatibility=False)
         return cls(
@@ -160,6 +190,7 @@ class RemoteStore:
             guard=guard,
             vector_cache_mb=vector_cache_mb,
             indexed_fields=indexed_fields,
+            bundle_dir=bundle_dir,
         )
 
     @classmethod
@@ -182,6 +213,7 @@ class RemoteStore:
             ),
             vector_cache_mb=settings.qdrant_vector_cache_mb,
             indexed_fields=settings.indexed_fields,
+            bundle_dir=settings.bundle_dir.resolve(),
         )
 
     # --- snapshots: a client of their own, not an open store, which would create a missing collection
@@ -420,6 +452,11 @@ class RemoteStore:
     def close(self) -> None:
         self._client.close()
 
+    @property
+    def collection(self) -> str:
+        """The collection this store works on: its name resolved (a model rollout drops it once retired)."""
+        return self._collection
+
     # --- collection
 
     @contextmanager
@@ -439,6 +476,8 @@ class RemoteStore:
                 self._opened = True
 
     def _open_collection(self) -> None:
+        served = None if is_generation(self._name) else served_collection(self._client, self._name)
+        self._collection = served or self._name
         if not self._client.collection_exists(self._collection):
             if self._vanished:
                 self._lost()
@@ -466,7 +505,10 @@ class RemoteStore:
             {name: p.size for name, p in named.items()},
             self._schema,
             where=where,
-            fix="Set MS_COLLECTION to a new collection name to index with this bundle, "
+            fix=f"A model rollout swapped it in as {self._name!r}: restart the service, which serves it with the "
+            "bundle it records (that bundle's folder must exist here), or set MS_BUNDLE_DIR to that bundle."
+            if self._collection != self._name
+            else "Set MS_COLLECTION to a new collection name to index with this bundle, "
             "or delete the collection and re-index the catalog with it.",
         )
         self._sync_indexes(
@@ -518,13 +560,17 @@ class RemoteStore:
                 name: qm.SparseVectorParams(modifier=qm.Modifier.IDF) for name in self._schema.sparse
             }
             or None,
-            metadata={METADATA_KEY: {"identity": self._schema.identity, "sizes": dict(self._schema.sizes)}},
+            metadata={METADATA_KEY: self._record()},
             **self._layout,
         )
         with warnings.catch_warnings():
             # qdrant-client's local mode (tests) warns that it ignores payload indexes.
             warnings.filterwarnings("ignore", message="Payload indexes have no effect")
             self._client.create_payload_index(self._collection, "id", qm.PayloadSchemaType.KEYWORD, wait=True)
+
+    def _record(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"identity": self._schema.identity, "sizes": dict(self._schema.sizes)}
+        return record | ({"bundle_dir": str(self._bundle_dir)} if self._bundle_dir else {})
 
     @contextmanager
     def _answering(self) -> Iterator[None]:
@@ -595,6 +641,114 @@ def _transfer_client(settings: Settings) -> tuple[QdrantClient, str, dict[str, s
         url=settings.qdrant_url, api_key=api_key, timeout=_TRANSFER_TIMEOUT_S, check_compatibility=False
     )
     return client, settings.qdrant_url.rstrip("/"), ({"api-key": api_key} if api_key else {})
+
+
+class Generations:
+    """The collections a served name `<collection>` has on the server, as a model rollout moves it.
+
+    Rollouts make `<collection>.r<n>`; after a swap the alias `<collection>` names the one served. A first start
+    (and every deployment from before rollouts) serves the plain collection `<collection>` as generation 0, as is:
+    moving it behind an alias at start-up would copy every point, and tools that read it by name keep working. The
+    alias `<collection>` cannot be made while that plain collection holds the name, and the plain one stays for the
+    requests that began on it (RETIRE_AFTER_S), so the first swap points the alias `<collection>.next` at the new
+    collection instead (the commit point: `served_collection` prefers it); dropping the retired plain collection
+    then moves the alias to `<collection>` (`finish`, one update). A crash between leaves `.next`, which the next
+    start follows and finishes."""
+
+    def __init__(self, settings: Settings) -> None:
+        assert settings.qdrant_url is not None, "the server store needs MS_QDRANT_URL"
+        self._name = settings.collection
+        self._url = settings.qdrant_url
+        self._client = QdrantClient(
+            url=settings.qdrant_url,
+            api_key=_api_key(settings),
+            timeout=math.ceil(settings.qdrant_timeout_s),
+            check_compatibility=False,
+        )
+
+    def __enter__(self) -> Generations:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.close()
+
+    @contextmanager
+    def _calls(self) -> Iterator[None]:
+        try:
+            yield
+        except _TRANSFER_ERRORS as e:
+            raise StoreUnavailableError(f"model rollout on Qdrant at {self._url} failed: {e}") from e
+
+    def served(self) -> str | None:
+        with self._calls():
+            return served_collection(self._client, self._name)
+
+    def record(self, collection: str) -> Mapping[str, Any]:
+        """What the collection records of the bundle that built it (RemoteStore._record), {} when nothing."""
+        with self._calls():
+            metadata = self._client.get_collection(collection).config.metadata or {}
+        record = metadata.get(METADATA_KEY)
+        return record if isinstance(record, Mapping) else {}
+
+    def names(self) -> list[str]:
+        """The plain collection and the rollouts' collections of this name that exist."""
+        with self._calls():
+            names = [c.name for c in self._client.get_collections().collections]
+        return [n for n in names if n == self._name or re.fullmatch(rf"{re.escape(self._name)}\.r\d+", n)]
+
+    def point(self, target: str) -> None:
+        """Serve `target` from now on: one alias update, atomic on the server."""
+        with self._calls():
+            aliases = self._aliases()
+            plain = self._name not in aliases and self._client.collection_exists(self._name)
+            pointers = [self._name + NEXT] if plain else [self._name, self._name + NEXT]
+            operations: list[qm.AliasOperations] = [_delete_alias(a) for a in pointers if a in aliases]
+            operations.append(_create_alias(pointers[0], target))
+            self._client.update_collection_aliases(change_aliases_operations=operations)
+
+    def drop(self, collection: str) -> None:
+        """Delete a collection no longer served (a retired or aborted one)."""
+        with self._calls():
+            self._client.delete_collection(collection)
+        if collection == self._name:
+            self.finish()
+
+    def remove_leftovers(self) -> None:
+        """Delete what an interrupted rollout left (a half-built collection, one a swap retired) and finish a swap
+        away from the plain collection."""
+        served = self.served()
+        if served is None:  # nothing served (a vanished collection): nothing here is known to be a leftover
+            return
+        for name in self.names():
+            if name not in (served, self._name):
+                logger.info("dropping collection %r on %s, left by a model rollout", name, self._url)
+                self.drop(name)
+        self.finish()
+
+    def finish(self) -> None:
+        """After a swap away from the plain collection: drop it, and move the alias `.next` to the served name."""
+        with self._calls():
+            aliases = self._aliases()
+            target = aliases.get(self._name + NEXT)
+            if target is None:
+                return
+            if self._name not in aliases and self._client.collection_exists(self._name):
+                self._client.delete_collection(self._name)
+            operations = [_delete_alias(self._name + NEXT)]
+            operations += [_delete_alias(self._name)] if self._name in aliases else []
+            operations.append(_create_alias(self._name, target))
+            self._client.update_collection_aliases(change_aliases_operations=operations)
+
+    def _aliases(self) -> dict[str, str]:
+        return {a.alias_name: a.collection_name for a in self._client.get_aliases().aliases}
+
+
+def _create_alias(alias: str, collection: str) -> qm.CreateAliasOperation:
+    return qm.CreateAliasOperation(create_alias=qm.CreateAlias(collection_name=collection, alias_name=alias))
+
+
+def _delete_alias(alias: str) -> qm.DeleteAliasOperation:
+    return qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=alias))
 
 
 def _check_server_snapshot(source: Path, schema: VectorSchema) -> None:
