@@ -3,7 +3,8 @@ without pause and another writes every second; the copy's duration and items/s, 
 and after, every failed request, and the acknowledged writes found after the swap. Prints a table and writes the
 "Model rollout" section of BENCHMARKS.md.
 
-    .venv/bin/python -m bench.rollout_bench [--items 100000] [--store-dir DIR] [--print-only]
+    .venv/bin/python -m bench.rollout_bench [--items 100000] [--store-dir DIR] [--before 1000] [--after 1000]
+        [--phase-s 10] [--write-batch 4] [--deadline-s 7200] [--print-only]
 
 The live store holds real texts (wine review titles and descriptions, cycled with a lot number past the ~5.8k
 reviews in ../shared/data, so every text is distinct and the copy re-encodes each) with synthetic vectors written
@@ -111,11 +112,13 @@ def bundle_b(bundle: Path, folder: Path) -> Path:
 
 @dataclass
 class Load:
-    """The query and write loops' record: (start time, ms) per answered request, and every failure."""
+    """The query and write loops' record: (start time, ms) per answered request, and every failure (what, and its
+    path and start time)."""
 
     queries: list[tuple[float, float]] = field(default_factory=list)
     writes: list[tuple[float, float]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    failed: list[tuple[str, float]] = field(default_factory=list)
     acknowledged: list[str] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -126,7 +129,8 @@ def _timed(client: Client, path: str, body: dict, times: list[tuple[float, float
     try:
         client.post(path, body)
     except Exception as e:  # every failure counts, whatever it is
-        load.failures.append(f"{path} at {started:.1f}: {type(e).__name__}: {e}"[:300])
+        load.failed.append((path, started))
+        load.failures.append(f"{path}: {type(e).__name__}: {e}"[:300])
         client.close()
         return Client(client.port)
     times.append((started, (time.perf_counter() - started) * 1000))
@@ -167,11 +171,10 @@ def wait_until(predicate, deadline: float, what: str) -> None:
 
 
 def run(args: argparse.Namespace, data_dir: Path, workdir: Path) -> dict:
-    """The service on a copy of the store: `before` queries, the rollout (start, poll, swap), `after` queries."""
+    """The service on a copy of the store: `before` queries, the rollout (start, poll, swap), `after` queries; before
+    and after last `phase_s` at least, so that they see some writes too."""
     target = bundle_b(args.bundle, workdir / "bundle-b")
-    service = ServiceProcess(
-        args.bundle, data_dir, {"MS_OPTIMIZE_AFTER_WRITES": "0", "MS_ANSWER_CACHE_SIZE": "0", "MS_LOG_LEVEL": "WARNING"}
-    )
+    service = ServiceProcess(args.bundle, data_dir, {"MS_ANSWER_CACHE_SIZE": "0", "MS_LOG_LEVEL": "WARNING"})
     service.start(timeout_s=300)
     picks = np.random.default_rng(1).integers(0, args.items, 5000)
     bodies = [{"id": f"w{i}", "k": 10} for i in picks]
@@ -189,7 +192,13 @@ def run(args: argparse.Namespace, data_dir: Path, workdir: Path) -> dict:
     try:
         for thread in threads:
             thread.start()
-        wait_until(lambda: len(load.queries) >= args.before or not threads[0].is_alive(), deadline, "before queries")
+        began = time.perf_counter()
+
+        def before_done() -> bool:
+            answered = len(load.queries) >= args.before and time.perf_counter() - began >= args.phase_s
+            return answered or not threads[0].is_alive()
+
+        wait_until(before_done, deadline, "before queries")
         started = time.perf_counter()
         admin.rollout_start(str(target))
         while (status := admin.rollout_status()).state == "copying":
@@ -201,16 +210,14 @@ def run(args: argparse.Namespace, data_dir: Path, workdir: Path) -> dict:
         ready = time.perf_counter()
         if status.state != "ready":
             raise RuntimeError(f"rollout {status.state}: {status.error}")
-        swap = admin.rollout_swap()
+        admin.rollout_swap()
         swapped = time.perf_counter()
-        wait_until(
-            lambda: (
-                (len(load.queries) >= args.after and load.queries[-args.after][0] >= swapped)
-                or not threads[0].is_alive()
-            ),
-            deadline,
-            "after queries",
-        )
+
+        def after_done() -> bool:
+            answered = len(load.queries) >= args.after and load.queries[-args.after][0] >= swapped
+            return (answered and time.perf_counter() - swapped >= args.phase_s) or not threads[0].is_alive()
+
+        wait_until(after_done, deadline, "after queries")
     finally:
         load.stop.set()
         for thread in threads:
@@ -223,14 +230,20 @@ def run(args: argparse.Namespace, data_dir: Path, workdir: Path) -> dict:
         admin.close()
         service.stop()
 
-    def phase(lo: float, hi: float) -> list[float]:
-        return [ms for t, ms in load.queries if lo <= t < hi]
+    phases = {"before": (0, started), "during": (started, swapped), "after": (swapped, float("inf"))}
+
+    def phase(times: list[tuple[float, float]], name: str) -> list[float]:
+        lo, hi = phases[name]
+        return [ms for t, ms in times if lo <= t < hi]
 
     return {
-        "before": phase(0, started),
-        "during": phase(started, swapped),
-        "after": phase(swapped, float("inf")),
-        "writes": [ms for _, ms in load.writes],
+        "queries": {name: phase(load.queries, name) for name in phases},
+        "writes": {name: phase(load.writes, name) for name in phases},
+        "failed": {
+            (path, name): sum(1 for p, t in load.failed if p == path and phases[name][0] <= t < phases[name][1])
+            for path in ("/similar", "/index")
+            for name in phases
+        },
         "failures": load.failures,
         "acknowledged": len(load.acknowledged),
         "missing": missing,
@@ -238,7 +251,6 @@ def run(args: argparse.Namespace, data_dir: Path, workdir: Path) -> dict:
         "swap_ms": (swapped - ready) * 1000,
         "items_per_s": args.items / (ready - started),
         "status_rate": polls[-1].items_per_s if polls else None,
-        "swap_model": swap.model,
         "model": model,
         "expected_model": load_bundle(target).manifest.name,
         "count": count,
@@ -262,9 +274,7 @@ def table(args: argparse.Namespace, r: dict, load_start: tuple, load_end: tuple)
             return f"| {name} | 0 | | | {failed} |"
         return f"| {name} | {len(values):,} | {percentile(values, 50):.2f} | {percentile(values, 99):.2f} | {failed} |"
 
-    failed = {"/similar": 0, "/index": 0}
-    for failure in r["failures"]:
-        failed[failure.split(" ", 1)[0]] += 1
+    failed = r["failed"]
     fmt = ", ".join
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
@@ -272,15 +282,16 @@ def table(args: argparse.Namespace, r: dict, load_start: tuple, load_end: tuple)
         f"`{r['expected_model']}`; embedded store (qdrant-edge, HNSW built); load average (1, 5, 15 min) "
         f"{fmt(f'{x:.2f}' for x in load_start)} at the start, {fmt(f'{x:.2f}' for x in load_end)} at the end.",
         f"Command: `.venv/bin/python -m bench.rollout_bench --items {args.items} --before {args.before} "
-        f"--after {args.after} --write-batch {args.write_batch}` (one run; the service, its copy thread and both "
-        "clients share the cores; one keep-alive client sends by-id `/similar` k=10 without pause, another "
-        f"`/index`es {args.write_batch} new wine items a second; answer cache off).",
+        f"--after {args.after} --phase-s {args.phase_s:g} --write-batch {args.write_batch}` (one run; the service, "
+        "its copy thread and both clients share the cores; one keep-alive client sends by-id `/similar` k=10 "
+        f"without pause, another `/index`es {args.write_batch} new wine items a second; answer cache off).",
         "",
         "| rollout | value |",
         "|---|---|",
         f"| items re-encoded (wine titles + descriptions) | {args.items:,} |",
         f"| copy: start to `ready` | {r['copy_s']:.1f} s |",
-        f"| copy rate | {r['items_per_s']:.1f} items/s |",
+        f"| copy rate | {r['items_per_s']:.1f} items/s (`GET /admin/rollout` said {r['status_rate']} at its last "
+        "poll) |",
         f"| `POST /admin/rollout/swap` | {r['swap_ms']:.0f} ms |",
         f"| `GET /model` after the swap | `{r['model']}` |",
         f"| items after the swap (expected {r['expected_count']:,}) | {r['count']:,} |",
@@ -289,13 +300,14 @@ def table(args: argparse.Namespace, r: dict, load_start: tuple, load_end: tuple)
         "",
         "| requests | answered | p50 ms | p99 ms | failed |",
         "|---|---|---|---|---|",
-        row("`/similar` by id, before the rollout", r["before"], 0),
-        row("`/similar` by id, during it (start to swap)", r["during"], failed["/similar"]),
-        row("`/similar` by id, after the swap", r["after"], 0),
-        row(f"`/index` {args.write_batch} items, the whole run", r["writes"], failed["/index"]),
     ]
+    labels = {"before": "before the rollout", "during": "during it (start to swap)", "after": "after the swap"}
+    for path, kind, what in (("/similar", "queries", "by id, k=10"), ("/index", "writes", f"{args.write_batch} items")):
+        for name, label in labels.items():
+            lines.append(row(f"`{path}` {what}, {label}", r[kind][name], failed[path, name]))
+    lines.append("")
     if r["failures"]:
-        lines += ["", "Failures:", *(f"- {f}" for f in r["failures"][:20])]
+        lines += ["Failures:", *(f"- {f}" for f in r["failures"][:20])]
     return "\n".join(lines)
 
 
@@ -306,6 +318,7 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, help="keep the built store here and reuse it (default: rebuilt)")
     parser.add_argument("--before", type=int, default=1000, help="queries timed before the rollout starts")
     parser.add_argument("--after", type=int, default=1000, help="queries timed after the swap")
+    parser.add_argument("--phase-s", type=float, default=10, help="before and after last at least this long")
     parser.add_argument("--write-batch", type=int, default=4, help="new items /index-ed each second")
     parser.add_argument("--deadline-s", type=float, default=7200, help="give up (and abort) after this long")
     parser.add_argument("--print-only", action="store_true", help="print the table; BENCHMARKS.md is left as it is")
