@@ -51,7 +51,7 @@ SERVICE_ENV = {
     "MS_ANSWER_CACHE_SIZE": "0",
     "MS_EMBEDDING_CACHE_SIZE": "0",
 }
-_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^():]*)(?::(?P<line>\d+))?\)$")
+_FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _TOKENIZE_LINE = next(
     start + n
     for source, start in [inspect.getsourcelines(Encoder._encode)]
@@ -66,29 +66,48 @@ class Frame:
     file: str
     line: int
 
+    @property
+    def python(self) -> bool:
+        return self.file.endswith(".py")
+
+    def __str__(self) -> str:
+        """Short: the path below site-packages, the repository or the standard library; a library's file name."""
+        file = self.file
+        for root in ("site-packages/", f"{ROOT}/", f"python{sys.version_info[0]}.{sys.version_info[1]}/"):
+            file = file.rpartition(root)[2] if root in file else file
+        return f"{self.func} ({file}:{self.line})" if self.python else f"{self.func} ({Path(file).name})"
+
 
 def _in(*paths: str, funcs: tuple[str, ...] = ()) -> Callable[[Frame], bool]:
-    """A frame in one of `paths` (suffix or package folder), in one of `funcs` when given."""
-    return lambda f: any(p in f.file for p in paths) and (not funcs or f.func in funcs)
+    """A frame in a file whose path holds one of `paths`, in a function named starting with one of `funcs` when
+    given (py-spy names `Class.method`, `outer.<locals>.<listcomp>`)."""
+    return lambda f: any(p in f.file for p in paths) and (not funcs or f.func.startswith(funcs))
 
 
 IDLE = "idle, or in uvloop's native loop (epoll, socket I/O)"
-# A sample's stage: its innermost frame's first matching rule (a leaf that waits is IDLE), so the more specific
-# rule of a file comes first where two can match one frame.
-STAGES: list[tuple[str, Callable[[Frame], bool]]] = [
-    ("tokenizer", lambda f: f.file.endswith("metricsearch/encoder.py") and f.line == _TOKENIZE_LINE),
+# A sample's stage: the first rule matching its innermost frame that any rule matches (a sample whose innermost
+# Python frame waits is IDLE), so the more specific rule of a file comes first.
+ENCODING: list[tuple[str, Callable[[Frame], bool]]] = [
+    ("tokenizer", lambda f: "tokenizers/" in f.file or (f.file.endswith("encoder.py") and f.line == _TOKENIZE_LINE)),
     ("ONNX run", _in("onnxruntime/", "openvino/")),
-    ("encoder: padding, pooling, normalise", _in("metricsearch/encoder.py")),
+    ("encoder: padding, pooling, normalise", _in("metricsearch/encoder.py", "metricsearch/core/scoring.py")),
+]
+"""The stages of a sample inside metricsearch/encoder.py (the query encoder's thread)."""
+STAGES: list[tuple[str, Callable[[Frame], bool]]] = [
     ("query batcher + text query layout", _in("service/batcher.py")),
     ("lexical query terms (core/lexical.py)", _in("core/lexical.py")),
     ("lexical scoring (store/terms.py)", _in("store/terms.py")),
     ("candidate vectors + listings (store/mirror.py)", _in("store/mirror.py")),
-    ("store: item read by id (EdgeStore.get)", _in("store/edge.py", funcs=("get",))),
-    ("store: ANN + sparse query (qdrant-edge)", _in("store/edge.py", "store/payload.py", "qdrant_edge")),
+    ("point ids (uuid5, UUID to str)", _in("core/records.py", "/uuid.py")),
+    # qdrant-edge's query runs on its rayon pool (native threads py-spy cannot see) while the caller waits
+    ("store: qdrant-edge query, waiting for its rayon threads", lambda f: "rayon_core" in f.func),
+    ("store: qdrant-edge, in the event loop (conversions, setup)", _in("qdrant_edge")),
+    ("store: item read by id (EdgeStore.get)", _in("store/edge.py", "store/payload.py", funcs=("EdgeStore.get",))),
+    ("store: EdgeStore.search, Python side (filter, lists, hits)", _in("store/edge.py", "store/payload.py")),
     ("rerank + vector math (core/rerank, scoring, fusion)", _in("core/rerank.py", "core/scoring.py", "core/fusion.py")),
     ("catalog: query vectors, stats, matches", _in("service/catalog.py")),
     ("search use case + answer key (service/search.py)", _in("service/search.py", "service/cache.py")),
-    ("result JSON (_results_json)", _in("routes/search.py", funcs=("_results_json", "<listcomp>", "<dictcomp>"))),
+    ("result JSON (_results_json)", _in("routes/search.py", funcs=("_results_json",))),
     ("route handler (routes/search.py)", _in("routes/search.py")),
     ("request parsing + validation", _in("api/body.py", "pydantic", "core/schemas.py", "fastapi/dependencies/")),
     ("metrics, logs, spans", _in("prometheus", "service/metrics.py", "logging/", "service/logs.py", "core/spans.py")),
@@ -98,38 +117,57 @@ STAGES: list[tuple[str, Callable[[Frame], bool]]] = [
     ),
     ("asyncio event loop", _in("asyncio/")),
 ]
-_IDLE_LEAVES = {
+_IDLE_FRAMES = {
     ("select", "selectors.py"),
     ("wait", "threading.py"),
     ("get", "queue.py"),
     ("_worker", "concurrent/futures/thread.py"),
-    # uvloop's loop is native: its epoll wait (and its socket reads and writes) show as the frame that started it
+    # uvloop's loop is native: its epoll wait (and its socket reads and writes) sit below the frame that started it
     ("run", "asyncio/runners.py"),
     ("run_until_complete", "asyncio/base_events.py"),
 }
 
 
-def parse_frame(text: str) -> Frame:
+def parse_frame(text: str, names: dict[str, str]) -> Frame:
     m = _FRAME.match(text)
     if m is None:
         return Frame(text, "", 0)
-    return Frame(m["func"], m["file"], int(m["line"] or 0))
+    return Frame(names.get(m["func"], m["func"]), m["file"], int(m["line"] or 0))
 
 
-def is_idle(leaf: Frame) -> bool:
-    """A leaf frame that waits (py-spy names methods `Class.method`)."""
-    func = leaf.func.rpartition(".")[2]
-    return any(func == name and leaf.file.endswith(path) for name, path in _IDLE_LEAVES)
+def demangled(raw: str) -> dict[str, str]:
+    """Rust and C++ symbols of native frames, readable (c++filt, when installed), crate hashes dropped."""
+    symbols = sorted(set(re.findall(r"(?:^|;)(_(?:R|ZN)[A-Za-z0-9_$.]+) \(", raw, re.M)))
+    if not symbols or shutil.which("c++filt") is None:
+        return {}
+    out = subprocess.run(["c++filt"], input="\n".join(symbols), capture_output=True, text=True, timeout=60).stdout
+    readable = [re.sub(r"\[[0-9a-f]{16}\]", "", line) for line in out.splitlines()]
+    return dict(zip(symbols, readable, strict=True)) if len(readable) == len(symbols) else {}
+
+
+def is_idle(frames: list[Frame]) -> bool:
+    """Whether the innermost Python frame waits (native frames below it are the wait itself)."""
+    innermost = next((f for f in reversed(frames) if f.python), None)
+    if innermost is None:
+        return True
+    func = innermost.func.rpartition(".")[2]
+    return any(func == name and innermost.file.endswith(path) for name, path in _IDLE_FRAMES)
 
 
 def stage_of(frames: list[Frame]) -> str:
-    if not frames or is_idle(frames[-1]):
+    if is_idle(frames):
         return IDLE
+    rules = ENCODING if any(f.file.endswith("metricsearch/encoder.py") for f in frames) else STAGES
     for frame in reversed(frames):
-        for name, matches in STAGES:
+        for name, matches in rules:
             if matches(frame):
                 return name
     return "other"
+
+
+def self_frame(frames: list[Frame]) -> Frame:
+    """The innermost frame with a name: not an address, not the C library's wrapper of a system call."""
+    return next((f for f in reversed(frames) if not f.func.startswith("0x") and "libc.so" not in f.file), frames[-1])
 
 
 @dataclass
@@ -142,6 +180,7 @@ class Profile:
     @classmethod
     def from_raw(cls, raw: str) -> Profile:
         profile = cls()
+        names = demangled(raw)
         for line in raw.splitlines():
             stack, _, count = line.rpartition(" ")
             if not stack or not count.isdigit():
@@ -149,12 +188,11 @@ class Profile:
             thread, *texts = stack.split(";")
             name = thread.partition(": ")[2]
             group = EVENT_LOOP if name == EVENT_LOOP else ENCODER_THREAD if name.startswith(ENCODER_THREAD) else "other"
-            frames = [parse_frame(t) for t in texts]
+            frames = [parse_frame(t, names) for t in texts]
             stage = stage_of(frames)
             profile.stages.setdefault(group, Counter())[stage] += int(count)
             if stage != IDLE:
-                leaf = frames[-1]
-                profile.leaves[f"{leaf.func} ({leaf.file}:{leaf.line})"] += int(count)
+                profile.leaves[str(self_frame(frames))] += int(count)
         return profile
 
     def busy(self) -> int:
@@ -189,13 +227,14 @@ def drive(client: Client, bodies: list[dict], seconds: float) -> tuple[list[floa
     return latencies, took
 
 
-def recorded(pid: int, rate: int, out: Path, run: Callable[[], int]) -> tuple[str, float, int]:
+def recorded(pid: int, rate: int, native: bool, out: Path, run: Callable[[], int]) -> tuple[str, float, int]:
     """py-spy's collapsed stacks of process `pid` while `run` sends requests; (raw stacks, seconds sampled, the
     requests `run` sent). Sampling starts before and stops right after `run`, so the seconds are `run`'s."""
     log = out.with_suffix(".log")
-    cmd = [str(PY_SPY), "record", "--pid", str(pid), "-r", str(rate), "-f", "raw", "-o", str(out)]
+    cmd = [str(PY_SPY), "record", "--pid", str(pid), "-r", str(rate), "-f", "raw", "-o", str(out), "-d", "600"]
+    cmd += ["--idle", "--threads", "--full-filenames", *(["--native"] if native else [])]
     with log.open("w") as sink:
-        spy = subprocess.Popen([*cmd, "--idle", "--threads", "-d", "600"], stdout=sink, stderr=subprocess.STDOUT)
+        spy = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
         while "Sampling process" not in log.read_text():
@@ -259,7 +298,7 @@ def run_kinds(service: ServiceProcess, cases: dict[str, list[list[dict]]], args,
                 timed.extend(drive(client, bodies, args.seconds)[0])
                 return len(timed)
 
-            raw, seconds, requests = recorded(service.process.pid, args.rate, workdir / "stacks.txt", run)
+            raw, seconds, requests = recorded(service.process.pid, args.rate, args.native, workdir / "stacks.txt", run)
             results[name] = Result(
                 p50=percentile(latencies, 50),
                 took_p50=statistics.median(took),
@@ -320,7 +359,13 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=5.0, help="seconds of each kind's timed and profiled runs")
-    parser.add_argument("--rate", type=int, default=250, help="py-spy samples a second")
+    parser.add_argument("--rate", type=int, default=200, help="py-spy samples a second")
+    parser.add_argument(
+        "--native",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="sample native frames too (what qdrant-edge and ONNX Runtime do below their Python call)",
+    )
     parser.add_argument("--max-requests", type=int, default=5000, help="requests of each run at most")
     parser.add_argument("--store-dir", type=Path, default=None, help="default: var/profile-<items>")
     args = parser.parse_args()
@@ -346,11 +391,14 @@ def main() -> None:
         f"bundle `{args.bundle.name}`; {args.items:,} synthetic items (bench/service_bench.py catalog).",
         "Command: `.venv/bin/python -m bench.profile_hot_path "
         + (f"--bundle {args.bundle} " if args.bundle != DEFAULT_BUNDLE else "")
-        + f"--items {args.items} --seconds {args.seconds:g} --rate {args.rate}` (the store built beforehand, not "
-        f"timed). Service: `metricsearch serve`, embedded store with HNSW, "
+        + f"--items {args.items} --seconds {args.seconds:g} --rate {args.rate}"
+        + ("" if args.native else " --no-native")
+        + "` (the store built beforehand, not "
+        "timed). Service: `metricsearch serve`, embedded store with HNSW, "
         + ", ".join(f"{k}={v}" for k, v in SERVICE_ENV.items())
         + ", MS_INTRA_OP_THREADS=1; one keep-alive client (http.client), one request at a time, on 127.0.0.1.",
-        f"Profiler: py-spy {args.rate} samples/s with --idle --threads, {args.seconds:g} s a kind. ms/req: the "
+        f"Profiler: py-spy {args.rate} samples/s with --idle --threads{' --native' if args.native else ''}, "
+        f"{args.seconds:g} s a kind. ms/req: the "
         "thread's samples in the stage / the nominal rate / requests served, so the event loop's rows add up to its "
         "wall time a request (client latency less the client's own share; samples per tick a little over 1: py-spy "
         "starts and stops just outside the requests, idle); share: of the samples of all "
