@@ -2,7 +2,8 @@
 answer and embedding caches off) while one keep-alive client sends one request after another. Prints a table and
 writes the "Hot path profile" section of BENCHMARKS.md.
 
-    .venv/bin/python -m bench.profile_hot_path [--items 100000] [--seconds 5] [--rate 250] [--store-dir DIR]
+    .venv/bin/python -m bench.profile_hot_path [--items 100000] [--seconds 5] [--rate 200] [--store-dir DIR]
+        [--env NAME=VALUE ...] [--no-native]
 
 The catalog is bench/service_bench.py's synthetic one, built once into --store-dir and reused while it holds
 --items items. Each kind runs a warm-up, then --seconds unprofiled (its client p50), then --seconds under py-spy.
@@ -368,6 +369,9 @@ def main() -> None:
     )
     parser.add_argument("--max-requests", type=int, default=5000, help="requests of each run at most")
     parser.add_argument("--store-dir", type=Path, default=None, help="default: var/profile-<items>")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="another service setting (repeatable)"
+    )
     args = parser.parse_args()
     if not PY_SPY.exists():
         sys.exit(f"{PY_SPY} is missing: pip install 'py-spy>=0.4' (the dev extra)")
@@ -375,9 +379,10 @@ def main() -> None:
     ids = prepare_store(args.bundle, args.items, store_dir)
     texts = list(dict.fromkeys(i["title"] for i in wine_items(3 * args.max_requests)))
     cases = kinds(ids, texts, args.max_requests)
+    env = {"MS_INTRA_OP_THREADS": "1", **SERVICE_ENV, **dict(e.partition("=")[::2] for e in args.env)}
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="ms-profile-") as tmp:
-        service = ServiceProcess(args.bundle, store_dir, SERVICE_ENV)
+        service = ServiceProcess(args.bundle, store_dir, env)
         service.start(timeout_s=180)
         try:
             results = run_kinds(service, cases, args, Path(tmp))
@@ -393,10 +398,11 @@ def main() -> None:
         + (f"--bundle {args.bundle} " if args.bundle != DEFAULT_BUNDLE else "")
         + f"--items {args.items} --seconds {args.seconds:g} --rate {args.rate}"
         + ("" if args.native else " --no-native")
+        + "".join(f" --env {e}" for e in args.env)
         + "` (the store built beforehand, not "
         "timed). Service: `metricsearch serve`, embedded store with HNSW, "
-        + ", ".join(f"{k}={v}" for k, v in SERVICE_ENV.items())
-        + ", MS_INTRA_OP_THREADS=1; one keep-alive client (http.client), one request at a time, on 127.0.0.1.",
+        + ", ".join(f"{k}={v}" for k, v in env.items())
+        + "; one keep-alive client (http.client), one request at a time, on 127.0.0.1.",
         f"Profiler: py-spy {args.rate} samples/s with --idle --threads{' --native' if args.native else ''}, "
         f"{args.seconds:g} s a kind. ms/req: the "
         "thread's samples in the stage / the nominal rate / requests served, so the event loop's rows add up to its "
