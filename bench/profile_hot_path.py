@@ -2,7 +2,7 @@
 answer and embedding caches off) while one keep-alive client sends one request after another. Prints a table and
 writes the "Hot path profile" section of BENCHMARKS.md.
 
-    .venv/bin/python -m bench.profile_hot_path [--items 100000] [--seconds 5] [--rate 200] [--store-dir DIR]
+    .venv/bin/python -m bench.profile_hot_path [--items 100000] [--seconds 8] [--rate 200] [--store-dir DIR]
         [--env NAME=VALUE ...] [--no-native]
 
 The catalog is bench/service_bench.py's synthetic one, built once into --store-dir and reused while it holds
@@ -359,7 +359,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", type=Path, default=DEFAULT_BUNDLE)
     parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--seconds", type=float, default=5.0, help="seconds of each kind's timed and profiled runs")
+    parser.add_argument("--seconds", type=float, default=8.0, help="seconds of each kind's timed and profiled runs")
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples a second")
     parser.add_argument(
         "--native",
