@@ -9,11 +9,13 @@ The catalog is bench/service_bench.py's synthetic one, built once into --store-d
 --items items. Each kind runs a warm-up, then --seconds unprofiled (its client p50), then --seconds under py-spy.
 
 py-spy records with --idle and --threads: every thread is sampled at every tick, busy or not, so the event loop
-thread's samples are its wall time, and each stage's samples / the achieved rate / the requests served is that
+thread's samples are its wall time, and each stage's samples / the sampling rate / the requests served is that
 stage's milliseconds per request; they add up to the event loop's whole time, its idle part included (waiting for
 the client's next request, or for the encoder thread). Without --idle a parked thread would leave no trace and the
-idle share could only be guessed. A sample's stage is its innermost frame that a stage names (STAGES), so a stage is
-the inclusive time of its functions less the stages nested in them.
+idle share could only be guessed. With --native (the default) the frames below a Python call show too: qdrant-edge's
+query waiting on its own search threads, ONNX Runtime, uvloop's socket writes. A sample's stage is its innermost
+frame that a stage names (STAGES), so a stage is the inclusive time of its functions less the stages nested in them.
+On a loaded machine a thread that waits for a core is sampled where it stands: the stages hold wall time, not CPU.
 """
 
 from __future__ import annotations
@@ -286,7 +288,9 @@ class Result:
         return samples / rate / max(self.requests, 1) * 1000
 
 
-def run_kinds(service: ServiceProcess, cases: dict[str, list[list[dict]]], args, workdir: Path) -> dict[str, Result]:
+def run_kinds(
+    service: ServiceProcess, cases: dict[str, list[list[dict]]], args: argparse.Namespace, workdir: Path
+) -> dict[str, Result]:
     results = {}
     client = Client(service.port)
     try:
