@@ -102,7 +102,7 @@ STAGES: list[tuple[str, Callable[[Frame], bool]]] = [
     ("lexical scoring (store/terms.py)", _in("store/terms.py")),
     ("candidate vectors + listings (store/mirror.py)", _in("store/mirror.py")),
     ("point ids (uuid5, UUID to str)", _in("core/records.py", "/uuid.py")),
-    # qdrant-edge runs a query on its own rayon pool (native `edge-search-N` threads, 8 by default, which py-spy
+    # qdrant-edge runs a query on its own rayon pool (native `edge-search-N` threads, 8 of them here, which py-spy
     # cannot sample) while the calling thread waits on a latch: the search's whole work, and the hand-offs
     ("store: qdrant-edge query (on its edge-search threads; the loop waits)", lambda f: "rayon_core" in f.func),
     ("store: qdrant-edge, in the event loop (conversions, setup)", _in("qdrant_edge")),
