@@ -200,7 +200,11 @@ class Encoder:
 
     def encode_bulk(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """`encode` for indexing: batches of BULK_BATCH_TOKENS padded tokens at most on a CPU, spread over
-        `bulk_workers` concurrent calls, yielding to queries."""
+        `bulk_workers` concurrent calls, yielding to queries. A call's worth of texts (a write of a few items) runs
+        here as a query does instead: queued behind another load's batches it waited for all of them (a rollout's
+        mirrored writes took 1-3 s each behind its copy)."""
+        if len(texts) <= batch_size:
+            return self.encode(texts, batch_size)
         return self._encode(texts, batch_size, bulk=True)
 
     def _encode(self, texts: Sequence[str], batch_size: int, *, bulk: bool) -> np.ndarray:

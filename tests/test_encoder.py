@@ -95,3 +95,30 @@ def test_bulk_calls_run_one_at_a_time_while_a_query_is_encoded(encoder, monkeypa
         query_may_end.set()
         query.join(30)
     assert most[0] == 1 and bulk.shape == (len(TEXTS), encoder.width)
+
+
+def test_a_small_bulk_call_is_not_queued_behind_a_running_load(encoder, monkeypatch):
+    """A write of a few items during a bulk load (another client's, or a rollout's copy) is encoded at once."""
+    run = encoder._run
+    load_done = threading.Event()
+
+    def slow_in_workers(encodings):
+        if threading.current_thread().name.startswith("bulk-encoder"):
+            time.sleep(0.1)
+        return run(encodings)
+
+    monkeypatch.setattr(encoder, "_run", slow_in_workers)
+    load_texts = [f"{t} {n}" for n, t in enumerate(CORPUS * 2)]  # batches of 2: >= 0.1 s x batches / 2 workers
+
+    def bulk_load():
+        encoder.encode_bulk(load_texts, batch_size=2)
+        load_done.set()
+
+    load = threading.Thread(target=bulk_load)
+    load.start()
+    time.sleep(0.2)  # the load's batches are queued in the workers
+    small = encoder.encode_bulk(["kettle", "mat"], batch_size=2)
+    assert not load_done.is_set()
+    load.join(60)
+    assert load_done.is_set()
+    np.testing.assert_allclose(small, encoder.encode(["kettle", "mat"]), rtol=0, atol=1e-6)
