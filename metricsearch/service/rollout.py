@@ -294,6 +294,7 @@ class _Shadow:
                     self.runtime.catalog.write([r for r in records if r.id not in self._touched])
                     self.copied += len(items)
                 if following is None:
+                    self.runtime.store.optimize_now()  # index the last pages too before the shadow can be swapped in
                     self.done = True
                     log.info("rollout copy done", extra={"items": self.copied})
                     return

@@ -159,4 +159,8 @@ class Store(Protocol):
     def flush(self) -> None:
         """Make every acknowledged write durable on disk."""
 
+    def optimize_now(self) -> None:
+        """Build the ANN index over what is stored now, in the background, where the store leaves that to us (the
+        embedded one, after a bulk load); the server store indexes by itself."""
+
     def close(self) -> None: ...

@@ -413,7 +413,7 @@ class EdgeStore:
     def has_hnsw(self) -> bool:
         """Whether the live shard holds an HNSW index (searches on a plain segment are brute force)."""
         with self._lock:
-            return self._shard.info().indexed_vectors_count > 0
+            return self._dense_indexed(self._shard.info().indexed_vectors_count) > 0
 
     def optimize_now(self) -> None:
         """Start a background HNSW build now (no-op while one runs), e.g. after a bulk load."""
@@ -474,17 +474,22 @@ class EdgeStore:
             return False
         with self._lock:
             info = self._shard.info()
-            # The engine counts every stored sparse vector as indexed (a sparse index is always built): only the
-            # rest are dense vectors in indexed segments.
-            sparse = sum(
-                self._shard.count(CountRequest(filter=Filter(must=[HasVectorCondition(name)])))
-                for name in self._schema.sparse
-            )
+            indexed = self._dense_indexed(info.indexed_vectors_count)
         # Points outside indexed segments, as float32 bytes of the ANN vector: the engine indexes a segment only
         # above its threshold, so a build below it would copy the shard for nothing. (Deleted points still count
         # as indexed, so this errs towards later builds.)
-        unindexed = info.points_count - (info.indexed_vectors_count - sparse) // len(self._schema.sizes)
+        unindexed = info.points_count - indexed // len(self._schema.sizes)
         return unindexed * self._schema.sizes[self._schema.ann] * 4 >= self._threshold_kb * 1024
+
+    def _dense_indexed(self, indexed_vectors_count: int) -> int:
+        """Dense vectors in indexed segments, out of the shard's indexed_vectors_count; the caller holds the lock. The
+        engine counts every stored sparse vector as indexed too (a sparse index is always built), so those are taken
+        off."""
+        sparse = sum(
+            self._shard.count(CountRequest(filter=Filter(must=[HasVectorCondition(name)])))
+            for name in self._schema.sparse
+        )
+        return indexed_vectors_count - sparse
 
     def _start_build(self) -> None:
         if self._closed or self._building:

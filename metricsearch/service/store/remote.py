@@ -449,6 +449,9 @@ class RemoteStore:
     def flush(self) -> None:
         """Nothing to do: writes wait for the server's acknowledgement, and its WAL makes them durable."""
 
+    def optimize_now(self) -> None:
+        """Nothing to do: the server's optimizer indexes new points by itself."""
+
     def close(self) -> None:
         self._client.close()
 

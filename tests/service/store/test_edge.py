@@ -303,7 +303,7 @@ def _alive(pid: int) -> bool:
 
 def test_builds_still_start_when_items_carry_sparse_vectors(tmp_path, items):
     """The engine counts every sparse vector as indexed; counted as dense, they once hid every point from the build
-    rule, and no HNSW was built again after the first."""
+    rule, and no HNSW was built again after the first, and made has_hnsw true before any build."""
     schema = replace(SCHEMA, sparse=("lexical_title", "lexical_text"))
 
     def with_terms(ids, seed):
@@ -312,7 +312,9 @@ def test_builds_still_start_when_items_carry_sparse_vectors(tmp_path, items):
 
     store = EdgeStore(tmp_path / "s", schema, optimize_after_writes=200, indexing_threshold_kb=1)
     try:
-        store.upsert(with_terms(range(0, 250), seed=0))
+        store.upsert(with_terms(range(0, 150), seed=0))
+        assert store.wait_for_maintenance(0) and not store.has_hnsw, "sparse vectors are no HNSW"
+        store.upsert(with_terms(range(150, 250), seed=150))
         assert store.wait_for_maintenance(60) and store.has_hnsw
         assert shard_dirs(tmp_path / "s") == ["shard-2"]
         store.upsert(with_terms(range(250, 460), seed=250))
