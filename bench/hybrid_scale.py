@@ -127,15 +127,16 @@ def candidate_recall(
     for item in items:
         for name, vector in lexical.documents(item["title"], item["description"]).items():
             documents[name].append(vector)
+    components = {name: lexical.using.get(name, name) for name in (*documents, *lexical.using)}
     stats = catalog.stats()
     recalls: dict[int, list[float]] = {k: [] for k in ks}
     seconds: dict[int, list[float]] = {k: [] for k in ks}
     for q in tqdm(queries, desc="recall"):
         item = items[q]
         terms = lexical.queries(item["title"], item["description"])
-        scores = {
-            name: lexical_matrix([terms[name]], docs)[0] if name in terms else np.full(len(items), np.nan)
-            for name, docs in documents.items()
+        scores = {  # every component, each against the stored vector it is scored on (lexical_codes: the whole text)
+            name: lexical_matrix([terms[name]], documents[stored])[0] if name in terms else np.full(len(items), np.nan)
+            for name, stored in components.items()
         }
         ranked = catalog.rerank(FieldVectors(fields[q], everything.present[q], None), everything, scores, stats)
         ranked.scores[q] = -np.inf
