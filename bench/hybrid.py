@@ -44,6 +44,7 @@ from metricsearch.evaluation import (
     read_task,
     tune,
 )
+from metricsearch.evaluation.tuning import PSEUDO_MARGIN
 from metricsearch.service import ServiceProcess
 
 CLI = [sys.executable, "-m", "metricsearch.cli"]
@@ -229,10 +230,11 @@ alone (the previous default had `lexical_text` 2: Walmart-Amazon 0.925) costs ST
 
 The lexical score is TF-IDF cosine with idf once (metricsearch/core/lexical.py): sublinear tf, L2-normalised per
 text, and the live catalog's idf applied by the store; the whole text (title + description) is its own lexical field,
-so a part number matches whichever field each shop wrote it in. `metricsearch tune`'s pseudo-queries (title variants,
-half descriptions) are easy: nearly every weighting ranks them at MRR 0.98-0.99, so tuning on a catalog's own items
-is a weak signal: `tune` replaces a bundle's weights only when the pseudo-queries prefer others by 0.01 MRR. The rows
-"re-tuned on the pair's own catalog" are `metricsearch tune` as a user runs it, without labels.
+so a part number matches whichever field each shop wrote it in. The rows "re-tuned on the pair's own catalog" are
+`metricsearch tune` as a user runs it, without labels: it replaces a bundle's weights only when both of its
+self-supervised signals (pseudo-queries; pairs of items that alone share a part number) prefer others by
+{PSEUDO_MARGIN} MRR. Either signal alone chose weights that did worse on the gold matches than the default
+("Hybrid: label-free tuning" below).
 
 `lexical_codes` is the query's model and part numbers alone (terms of letters and digits, or of five digits or more)
 against each item's whole text: a match on those is rare between different products and common between listings of

@@ -553,7 +553,7 @@ def tune(
     weights = ", ".join(f"{name} {w:g}" for name, w in tuned.weights.items())
     typer.echo(
         f"tuned {bundle} on {tuned.queries} queries in {time.perf_counter() - started:.0f} s: {weights} "
-        f"(MRR {tuned.mrr:.3f}, was {tuned.default_mrr:.3f})"
+        f"({tuned.chosen_by})"
     )
 
 

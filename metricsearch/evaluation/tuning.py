@@ -1,14 +1,17 @@
 """`metricsearch tune`: choose a bundle's fusion weights for a catalog, without labels.
 
-Pseudo-queries come from the catalog itself: a sample of its items, each as another shop would describe it (a
-title variant from core/augment.py: generic words dropped, part numbers re-hyphenated, order shuffled; and half of
-its description's words), whose one relevant item is the item it was made from. The weights that rank those best
-(MRR over a grid) are written into the bundle's manifest, with how they were chosen, when they beat the bundle's
-weights (DEFAULT_FUSION for a bundle without) by PSEUDO_MARGIN: pseudo-queries are easy (nearly every weighting
-ranks them at MRR 0.98-0.99, EVALUATION.md "Hybrid"), and a smaller gain chose weights that did worse on the real
-matches of a catalog pair. With labelled pairs (ids of the catalog: each left item's matches), those rank instead,
-and the best weights win outright. Either way the components are z-normalised with the
-catalog's statistics as the service computes them, so the weights mean the same wherever the bundle is served.
+Two self-supervised signals come from the catalog itself, and neither reads a label:
+- pseudo-queries: a sample of its items, each as another shop would describe it (a title variant from
+  core/augment.py: generic words dropped, part numbers re-hyphenated, order shuffled; and half of its description's
+  words), whose one relevant item is the item it was made from;
+- code pairs: two items that alone in the catalog share a model or part number (core/lexical.py's codes, 4
+  characters or more), each the other's match, asked by id as a product page asks.
+A weighting replaces the bundle's (DEFAULT_FUSION for a bundle without) only when it beats them on every signal by
+PSEUDO_MARGIN MRR. Each signal alone is biased: pseudo-queries are easy (every weighting ranks them at MRR
+0.98-0.99) and code pairs share a code by construction, so each prefers weights that did worse on the gold matches of
+both catalog pairs (EVALUATION.md "Hybrid: label-free tuning"). With labelled pairs (ids of the catalog: each left
+item's matches), those rank instead, and the best weights win outright. Either way the components are z-normalised
+with the catalog's statistics as the service computes them, so the weights mean the same wherever the bundle is served.
 
 Written by hand: the grid search is a few lines over precomputed z-score matrices.
 """
@@ -27,6 +30,7 @@ from metricsearch.core.augment import title_variant
 from metricsearch.core.bundle import FUSION_COMPONENTS, FusionSpec, load_bundle, write_manifest
 from metricsearch.core.errors import InvalidInputError
 from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE, zscores
+from metricsearch.core.lexical import analyze, is_code
 from metricsearch.core.readers import read_catalog_list, records
 from metricsearch.core.records import Item
 from metricsearch.evaluation.datasets import EvalData
@@ -35,16 +39,22 @@ from metricsearch.evaluation.scorers import BundleScorer
 GRID = (0.0, 0.5, 1.0, 2.0)
 """Weights tried for each component; 4 values over 6 components are 4,095 weightings (all-zero left out)."""
 PSEUDO_QUERIES = 400
-PSEUDO_MARGIN = 0.01
-"""MRR by which pseudo-queries must prefer a weighting to the bundle's for tune to replace its weights."""
+PSEUDO_MARGIN = 0.02
+"""MRR by which every self-supervised signal must prefer a weighting to the bundle's for tune to replace its weights
+(chosen on Abt-Buy's gold matches: at 0.01 both signals still agreed on weights worse than the default's)."""
+CODE_MIN_LENGTH = 4  # shorter codes ("5d", "x1") are shared by unrelated products
+MIN_CODE_PAIRS = 20
+"""Fewer code pairs than this (a catalog without part numbers) leave the pseudo-queries as the only signal."""
 MAX_RANK = 100  # ranks past the service's largest k count as 0 in MRR, as the evaluation's HTTP runs do
 
 
 @dataclass(frozen=True)
 class Tuned:
     weights: dict[str, float]
-    mrr: float
-    default_mrr: float
+    mrr: dict[str, float]
+    """Per signal (or the labelled pairs): the chosen weights' MRR."""
+    default_mrr: dict[str, float]
+    """Per signal: the bundle's weights' MRR."""
     queries: int
     chosen_by: str
 
@@ -64,6 +74,28 @@ def pseudo_queries(items: Sequence[Item], n: int, seed: int) -> tuple[list[Item]
         kept = [w for w, draw in zip(words, uniform(len(words)), strict=True) if draw < 0.5]
         queries.append(Item(f"pseudo-{item.id}", title_variant(item.title, uniform), " ".join(kept)))
     return queries, picked
+
+
+def code_pairs(items: Sequence[Item], n: int, seed: int) -> list[tuple[int, int]]:
+    """Up to n (query, match) positions of items that alone in the catalog share a code, each item a query once."""
+    codes = [
+        {t for t in analyze(f"{item.title} {item.description}") if is_code(t) and len(t) >= CODE_MIN_LENGTH}
+        for item in items
+    ]
+    holders: dict[str, list[int]] = {}
+    for position, held in enumerate(codes):
+        for code in held:
+            holders.setdefault(code, []).append(position)
+    partner: dict[int, int] = {}
+    for code in sorted(holders):
+        if len(holders[code]) == 2:
+            a, b = holders[code]
+            partner.setdefault(a, b)
+            partner.setdefault(b, a)
+    queries = sorted(partner)
+    if len(queries) > n:
+        queries = sorted(np.random.default_rng(seed).choice(queries, size=n, replace=False).tolist())
+    return [(q, partner[q]) for q in queries]
 
 
 def labelled_queries(items: Sequence[Item], pairs: Path) -> tuple[list[Item], list[list[int]]]:
@@ -125,12 +157,29 @@ def tune(
         raise InvalidInputError(f"{catalog}: has {len(items)} items; tuning needs at least 10 to rank")
     if pairs is None:
         asked, sources = pseudo_queries(items, queries, seed)
-        data = EvalData("catalog-match", str(catalog), asked, items, [[s] for s in sources], [None] * len(asked))
-        how = f"pseudo-queries: title variants and half-descriptions of {len(asked)} items of {Path(catalog).name}"
+        mined = code_pairs(items, queries, seed)
+        mined = mined if len(mined) >= MIN_CODE_PAIRS else []
+        data = EvalData(
+            "catalog-match",
+            str(catalog),
+            asked + [items[q] for q, _ in mined],
+            items,
+            [[s] for s in sources] + [[match] for _, match in mined],
+            [None] * len(asked) + [q for q, _ in mined],
+        )
+        signals = {"pseudo-queries": slice(0, len(asked))}
+        if mined:
+            signals["code pairs"] = slice(len(asked), len(asked) + len(mined))
+        how = (
+            f"{len(asked)} pseudo-queries (title variants and half-descriptions) and "
+            + (f"{len(mined)} code pairs" if mined else f"no code pairs (fewer than {MIN_CODE_PAIRS})")
+            + f" of {Path(catalog).name}"
+        )
     else:
         asked, relevant = labelled_queries(items, pairs)
         own = [items.index(q) for q in asked]
         data = EvalData("catalog-match", str(catalog), asked, items, relevant, own)
+        signals = {"labelled pairs": slice(0, len(asked))}
         how = f"labelled pairs {Path(pairs).name}: {len(asked)} queries over {Path(catalog).name}"
     scorer = BundleScorer(bundle)
     prepared_queries, candidates, lexical = scorer.prepare(data)
@@ -144,24 +193,47 @@ def tune(
     # shops, the other shop's: how a storefront filters and how EVALUATION.md measures).
     exclude = [[] if own is None else [own] for own in data.own_index]
     if pairs is not None:
-        exclude = [sorted(set(data.own_index))] * len(asked)
+        exclude = [sorted(set(data.own_index))] * len(data.queries)
     others = ~relevance_mask(exclude, len(items))
+
+    def per_signal(weights: dict[str, float]) -> dict[str, float]:
+        return {
+            signal: mrr({n: z[n][rows] for n in weights}, weights, relevant[rows], others[rows])
+            for signal, rows in signals.items()
+        }
+
     tried = [w for w in weightings(names) if admissible is None or admissible(w)]
     if not tried:
         raise InvalidInputError("no weighting passes the admissibility check")
-    scored = [(mrr(z, w, relevant, others), w) for w in tqdm(tried, desc="weightings", leave=False)]
-    best_mrr, best = max(scored, key=lambda pair: pair[0])
     weights = loaded.manifest.fusion.weights if loaded.manifest.fusion else DEFAULT_FUSION
     current = {n: w for n, w in weights.items() if n in names and w > 0}
-    before = mrr(z, current, relevant, others) if current else 0.0
-    if pairs is None and current and best_mrr < before + margin:
+    before = per_signal(current) if current else dict.fromkeys(signals, 0.0)
+    scored = [(per_signal(w), w) for w in tqdm(tried, desc="weightings", leave=False)]
+    best_mrr, best, gain = agreed_best(scored, before)
+    if pairs is None and current and gain < margin:
         best, best_mrr = current, before
-        chosen_by = f"metricsearch tune, {how}: kept, MRR {before:.3f}; no weighting beat it by {margin} " + (
-            f"({loaded.manifest.fusion.chosen_by})" if loaded.manifest.fusion else f"({DEFAULT_FUSION_RULE})"
+        chosen_by = f"metricsearch tune, {how}: kept, MRR {_listed(before)}; no weighting beat it by {margin} " + (
+            f"on every signal ({loaded.manifest.fusion.chosen_by})"
+            if loaded.manifest.fusion
+            else f"on every signal ({DEFAULT_FUSION_RULE})"
         )
     else:
-        chosen_by = f"metricsearch tune, {how}: MRR {best_mrr:.3f} (was {before:.3f})"
+        chosen_by = f"metricsearch tune, {how}: MRR {_listed(best_mrr)} (was {_listed(before)})"
     manifest = loaded.manifest.model_copy(update={"fusion": FusionSpec(weights=best, chosen_by=chosen_by)})
     write_manifest(manifest, loaded.path)
     load_bundle(bundle)  # what was written validates
-    return Tuned(best, best_mrr, before, len(asked), chosen_by)
+    return Tuned(best, best_mrr, before, len(data.queries), chosen_by)
+
+
+def agreed_best(
+    scored: Sequence[tuple[dict[str, float], dict[str, float]]], before: dict[str, float]
+) -> tuple[dict[str, float], dict[str, float], float]:
+    """The (per-signal MRR, weights) whose least gain over `before` on any signal is largest, and that gain: a
+    weighting only one signal prefers does not win. The first of equals wins, so the result is reproducible."""
+    gains = [min(result[signal] - before[signal] for signal in before) for result, _ in scored]
+    best = int(np.argmax(gains))
+    return scored[best][0], scored[best][1], gains[best]
+
+
+def _listed(per_signal: dict[str, float]) -> str:
+    return ", ".join(f"{signal} {value:.3f}" for signal, value in per_signal.items())

@@ -15,7 +15,7 @@ from metricsearch.core.fusion import DEFAULT_FUSION
 from metricsearch.core.records import Item
 from metricsearch.core.rerank import Reranker
 from metricsearch.evaluation import tuning
-from metricsearch.evaluation.tuning import pseudo_queries, tune
+from metricsearch.evaluation.tuning import MIN_CODE_PAIRS, agreed_best, code_pairs, pseudo_queries, tune
 from tests.service.test_hybrid import catalog_items
 
 
@@ -46,7 +46,9 @@ def test_weights_are_written_into_the_bundle_and_served(bundle, tmp_path, monkey
     assert manifest.fusion is not None and manifest.fusion.weights == tuned.weights
     assert "pseudo-queries" in manifest.fusion.chosen_by and tuned.queries == 40
     assert Reranker(manifest).fusion == tuned.weights
-    assert tuned.mrr >= tuned.default_mrr  # the grid holds the weights it started from
+    # The grid holds the weights it started from: no signal ranks the chosen ones worse.
+    assert set(tuned.mrr) == {"pseudo-queries"}  # catalog_items share no code: one signal
+    assert all(tuned.mrr[signal] >= tuned.default_mrr[signal] for signal in tuned.mrr)
 
 
 def test_labelled_pairs_rank_instead(bundle, tmp_path):
@@ -68,7 +70,7 @@ def test_a_labelled_query_ranks_among_the_items_that_are_no_query(bundle, tmp_pa
     catalog = write_catalog(tmp_path / "c.csv", [*catalog_items(30), *twins])
     pairs = tmp_path / "pairs.csv"
     pairs.write_text("left_id,right_id\nq0,r0\nq1,r0\n")
-    assert tune(catalog, bundle, pairs=pairs).mrr == 1.0
+    assert tune(catalog, bundle, pairs=pairs).mrr == {"labelled pairs": 1.0}
 
 
 def test_a_catalog_without_descriptions_leaves_their_weights_at_zero(bundle, tmp_path):
@@ -103,3 +105,34 @@ def test_pseudo_queries_keep_the_bundles_weights_without_a_clear_gain(bundle, tm
     assert tuned.weights == {n: w for n, w in DEFAULT_FUSION.items() if w > 0 and "description" not in n}
     assert tuned.mrr == tuned.default_mrr
     assert "kept" in load_bundle(bundle).manifest.fusion.chosen_by
+
+
+def test_code_pairs_are_items_that_alone_share_a_part_number():
+    items = [
+        Item("a", "zq kettle PS-LX350H", "steel"),
+        Item("b", "kettle", "the PSLX350H in steel"),  # the same code, written without its hyphen
+        Item("c", "toaster T1000X"),
+        Item("d", "toaster T1000X white"),
+        Item("e", "toaster T1000X black"),  # three hold T1000X: no pair
+        Item("f", "fan 5d"),
+        Item("g", "fan 5d"),  # a short code says little: no pair
+    ]
+    assert code_pairs(items, 10, seed=1) == [(0, 1), (1, 0)]
+    assert code_pairs(items, 1, seed=1) == code_pairs(items, 1, seed=1) and len(code_pairs(items, 1, seed=1)) == 1
+
+
+def test_a_weighting_only_one_signal_prefers_does_not_win():
+    before = {"pseudo-queries": 0.90, "code pairs": 0.80}
+    one_sided = ({"pseudo-queries": 0.99, "code pairs": 0.70}, {"title": 1.0})
+    both = ({"pseudo-queries": 0.92, "code pairs": 0.83}, {"title": 2.0})
+    assert agreed_best([one_sided, both], before) == (*both, pytest.approx(0.02))
+
+
+def test_code_pairs_join_the_pseudo_queries_in_a_catalog_of_part_numbers(bundle, tmp_path):
+    items = catalog_items(60)
+    shops = [Item(f"x{n}", f"{item.title} SKU{n:04d}A", item.description) for n, item in enumerate(items)]
+    twins = [Item(f"y{n}", f"SKU{n:04d}A listing", "") for n in range(MIN_CODE_PAIRS)]
+    tuned = tune(write_catalog(tmp_path / "c.csv", shops + twins), bundle, queries=40, margin=2.0)
+    assert set(tuned.mrr) == {"pseudo-queries", "code pairs"} and tuned.queries == 40 + 2 * MIN_CODE_PAIRS
+    assert f"and {2 * MIN_CODE_PAIRS} code pairs" in load_bundle(bundle).manifest.fusion.chosen_by
+    assert tuned.mrr == tuned.default_mrr  # kept: no weighting gains 2 on both signals
