@@ -35,6 +35,7 @@ from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE, zscore
 from metricsearch.core.ranking import pessimistic_rank, ranking_metrics
 from metricsearch.core.records import Item
 from metricsearch.evaluation import (
+    PSEUDO_MARGIN,
     BundleScorer,
     EvalData,
     HttpScorer,
@@ -44,7 +45,6 @@ from metricsearch.evaluation import (
     read_task,
     tune,
 )
-from metricsearch.evaluation.tuning import PSEUDO_MARGIN
 from metricsearch.service import ServiceProcess
 
 CLI = [sys.executable, "-m", "metricsearch.cli"]

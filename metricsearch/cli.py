@@ -534,16 +534,18 @@ def tune(
     pairs: Annotated[
         Path | None,
         typer.Option(
-            help="labelled matches (left_id,right_id: ids of --catalog) to rank instead of pseudo-queries; each "
-            "left item ranks among the catalog's items that are no left item (with two shops: the other shop)"
+            help="labelled matches (left_id,right_id: ids of --catalog) to rank instead of self-supervised queries; "
+            "each left item ranks among the catalog's items that are no left item (with two shops: the other shop)"
         ),
     ] = None,
-    queries: Annotated[int, typer.Option(min=10, help="pseudo-queries made from the catalog's items")] = 400,
-    seed: Annotated[int, typer.Option(help="seed of the pseudo-queries")] = 13,
+    queries: Annotated[
+        int, typer.Option(min=10, help="pseudo-queries (and at most as many code pairs) made from the catalog's items")
+    ] = 400,
+    seed: Annotated[int, typer.Option(help="seed of the pseudo-queries and of the code pairs' sample")] = 13,
 ) -> None:
     """Choose the bundle's fusion weights (learned metric per field, lexical per field and over the whole text) for a
-    catalog without labels: its own items as another shop would list them are the queries, each item the one to find
-    (docs/bundle.md, "Fusion")."""
+    catalog without labels: its own items as another shop would list them, and items that alone share a part number,
+    are the queries; new weights are written only when both prefer them (docs/bundle.md, "Fusion")."""
     import time
 
     from metricsearch.evaluation import tune as tune_weights

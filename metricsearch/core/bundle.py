@@ -119,7 +119,9 @@ class FusionSpec(_Strict):
         description="weight >= 0 of each component: title, description (the learned metric per field), "
         "lexical_title, lexical_description, lexical_text (TF-IDF cosine per field and over the whole text)"
     )
-    chosen_by: str = Field("", description="how the weights were chosen (rule, pseudo-queries or labelled pairs)")
+    chosen_by: str = Field(
+        "", description="how the weights were chosen (rule, self-supervised signals or labelled pairs)"
+    )
 
     @model_validator(mode="after")
     def _known(self) -> FusionSpec:

@@ -14,9 +14,20 @@ from metricsearch.evaluation.scorers import (
     baseline_scorers,
     lexical_matrix,
 )
-from metricsearch.evaluation.tuning import Tuned, tune
+from metricsearch.evaluation.tuning import (
+    PSEUDO_MARGIN,
+    PSEUDO_QUERIES,
+    Tuned,
+    agreed_best,
+    self_supervised,
+    signal_scorer,
+    tune,
+    weightings,
+)
 
 __all__ = [
+    "PSEUDO_MARGIN",
+    "PSEUDO_QUERIES",
     "BundleScorer",
     "EvalData",
     "HttpScorer",
@@ -26,6 +37,7 @@ __all__ = [
     "Scorer",
     "TfidfScorer",
     "Tuned",
+    "agreed_best",
     "baseline_scorers",
     "compare_tables",
     "describe",
@@ -35,7 +47,10 @@ __all__ = [
     "markdown_table",
     "plot_runs",
     "read_task",
+    "self_supervised",
+    "signal_scorer",
     "split_halves",
     "tune",
+    "weightings",
     "write_run",
 ]

@@ -98,6 +98,26 @@ def code_pairs(items: Sequence[Item], n: int, seed: int) -> list[tuple[int, int]
     return [(q, partner[q]) for q in queries]
 
 
+def self_supervised(items: Sequence[Item], n: int, seed: int, source: str) -> tuple[EvalData, dict[str, slice]]:
+    """n pseudo-queries and up to n code pairs (none if fewer than MIN_CODE_PAIRS) ranking the catalog, and the
+    slice of the queries each signal holds: the pseudo-queries as text, a code pair's item by id."""
+    asked, sources = pseudo_queries(items, n, seed)
+    mined = code_pairs(items, n, seed)
+    mined = mined if len(mined) >= MIN_CODE_PAIRS else []
+    data = EvalData(
+        "catalog-match",
+        source,
+        asked + [items[q] for q, _ in mined],
+        list(items),
+        [[s] for s in sources] + [[match] for _, match in mined],
+        [None] * len(asked) + [q for q, _ in mined],
+    )
+    signals = {"pseudo-queries": slice(0, len(asked))}
+    if mined:
+        signals["code pairs"] = slice(len(asked), len(asked) + len(mined))
+    return data, signals
+
+
 def labelled_queries(items: Sequence[Item], pairs: Path) -> tuple[list[Item], list[list[int]]]:
     """Each left item of the pairs file (left_id, right_id: ids of the catalog) and its matches."""
     position = {item.id: n for n, item in enumerate(items)}
@@ -143,9 +163,10 @@ def tune(
     margin: float = PSEUDO_MARGIN,
     admissible: Callable[[dict[str, float]], bool] | None = None,
 ) -> Tuned:
-    """Choose the fusion weights of `bundle` for `catalog` and write them into its manifest; with pseudo-queries,
-    only when they beat the bundle's by `margin` (0: the best weighting wins outright). `admissible`, when given,
-    is a check every chosen weighting must pass besides (the default bundle's rule: no loss on STS-benchmark)."""
+    """Choose the fusion weights of `bundle` for `catalog` and write them into its manifest; without labels, only
+    when every self-supervised signal prefers them to the bundle's by `margin` (0: the best wins outright).
+    `admissible`, when given, is a check every chosen weighting must pass besides (the default bundle's rule: no
+    loss on STS-benchmark)."""
     loaded = load_bundle(bundle)
     if loaded.manifest.lexical is None or loaded.manifest.metric == "recobert":
         raise InvalidInputError(
@@ -156,52 +177,23 @@ def tune(
     if len(items) < 10:
         raise InvalidInputError(f"{catalog}: has {len(items)} items; tuning needs at least 10 to rank")
     if pairs is None:
-        asked, sources = pseudo_queries(items, queries, seed)
-        mined = code_pairs(items, queries, seed)
-        mined = mined if len(mined) >= MIN_CODE_PAIRS else []
-        data = EvalData(
-            "catalog-match",
-            str(catalog),
-            asked + [items[q] for q, _ in mined],
-            items,
-            [[s] for s in sources] + [[match] for _, match in mined],
-            [None] * len(asked) + [q for q, _ in mined],
-        )
-        signals = {"pseudo-queries": slice(0, len(asked))}
-        if mined:
-            signals["code pairs"] = slice(len(asked), len(asked) + len(mined))
-        how = (
-            f"{len(asked)} pseudo-queries (title variants and half-descriptions) and "
-            + (f"{len(mined)} code pairs" if mined else f"no code pairs (fewer than {MIN_CODE_PAIRS})")
-            + f" of {Path(catalog).name}"
-        )
+        data, signals = self_supervised(items, queries, seed, str(catalog))
+        sizes = {signal: rows.stop - rows.start for signal, rows in signals.items()}
+        codes = f"{sizes['code pairs']}" if "code pairs" in sizes else f"no (fewer than {MIN_CODE_PAIRS})"
+        how = f"{sizes['pseudo-queries']} pseudo-queries (title variants, half-descriptions) and {codes} code pairs"
+        how += f" of {Path(catalog).name}"
     else:
         asked, relevant = labelled_queries(items, pairs)
         own = [items.index(q) for q in asked]
         data = EvalData("catalog-match", str(catalog), asked, items, relevant, own)
         signals = {"labelled pairs": slice(0, len(asked))}
         how = f"labelled pairs {Path(pairs).name}: {len(asked)} queries over {Path(catalog).name}"
-    scorer = BundleScorer(bundle)
-    prepared_queries, candidates, lexical = scorer.prepare(data)
-    z = zscores(scorer.components(prepared_queries, candidates, lexical), scorer.stats(items, candidates))
-    # Without a single description the description weights cannot be told apart from the title's: they stay 0.
-    described = any(item.description.strip() for item in items)
-    names = [n for n in FUSION_COMPONENTS if n in z]
-    names = [n for n in names if described or "description" not in n]
-    relevant = relevance_mask(data.relevant, len(items))
     # A query never ranks itself; a labelled query ranks among the items that are no query (in a catalog of two
     # shops, the other shop's: how a storefront filters and how EVALUATION.md measures).
     exclude = [[] if own is None else [own] for own in data.own_index]
     if pairs is not None:
         exclude = [sorted(set(data.own_index))] * len(data.queries)
-    others = ~relevance_mask(exclude, len(items))
-
-    def per_signal(weights: dict[str, float]) -> dict[str, float]:
-        return {
-            signal: mrr({n: z[n][rows] for n in weights}, weights, relevant[rows], others[rows])
-            for signal, rows in signals.items()
-        }
-
+    names, per_signal = signal_scorer(bundle, data, signals, exclude)
     tried = [w for w in weightings(names) if admissible is None or admissible(w)]
     if not tried:
         raise InvalidInputError("no weighting passes the admissibility check")
@@ -223,6 +215,30 @@ def tune(
     write_manifest(manifest, loaded.path)
     load_bundle(bundle)  # what was written validates
     return Tuned(best, best_mrr, before, len(data.queries), chosen_by)
+
+
+def signal_scorer(
+    bundle: Path, data: EvalData, signals: dict[str, slice], exclude: Sequence[Sequence[int]]
+) -> tuple[list[str], Callable[[dict[str, float]], dict[str, float]]]:
+    """The components a weighting may use, and a function giving any weighting's MRR on each signal (a slice of the
+    data's queries); `exclude` holds, per query, the candidates it never ranks. Encodes and scores once."""
+    items = data.candidates
+    scorer = BundleScorer(bundle)
+    prepared_queries, candidates, lexical = scorer.prepare(data)
+    z = zscores(scorer.components(prepared_queries, candidates, lexical), scorer.stats(items, candidates))
+    # Without a single description the description weights cannot be told apart from the title's: they stay 0.
+    described = any(item.description.strip() for item in items)
+    names = [n for n in FUSION_COMPONENTS if n in z and (described or "description" not in n)]
+    relevant = relevance_mask(data.relevant, len(items))
+    others = ~relevance_mask(exclude, len(items))
+
+    def per_signal(weights: dict[str, float]) -> dict[str, float]:
+        return {
+            signal: mrr({n: z[n][rows] for n in weights}, weights, relevant[rows], others[rows])
+            for signal, rows in signals.items()
+        }
+
+    return names, per_signal
 
 
 def agreed_best(
