@@ -1,6 +1,8 @@
 """What one payload index (MS_INDEXED_FIELDS) costs on the embedded store, and what it buys: for each index type, the
 build time at start-up, the disk it adds and the process memory it adds, then store-level filtered search latency
-with and without it (exact search over a plain segment, the worst case a filter meets).
+with and without it (exact search over a plain segment, the worst case a filter meets). Then what an automatic index
+(MS_AUTO_INDEX) gives: the time from the first search filtering on an unindexed key until its index is live, filtered
+p50 before and after, and the longest a search stalled meanwhile (the build holds the lock every search takes).
 
     .venv/bin/python -m bench.payload_index_cost [--items 100000]
 
@@ -16,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -87,6 +90,37 @@ def search_ms(store: EdgeStore, conditions: list, repeats: int = 30) -> float:
     return statistics.median(times)
 
 
+def auto_index_row(path: Path, key: str, plain_ms: float) -> str:
+    """One key learned from its first filter while a thread searches without a filter non-stop: the longest of those
+    searches between the first filtered search and the index going live, against their p50 before it."""
+    store = EdgeStore(path, SCHEMA, optimize_after_writes=0, indexed_fields={}, auto_index_max=16)
+    probes: list[tuple[float, float]] = []  # (start, ms)
+    stop = threading.Event()
+
+    def probe() -> None:
+        vector = np.ones(8, np.float32)
+        while not stop.is_set():
+            started = time.perf_counter()
+            store.search(vector, 10)
+            probes.append((started, (time.perf_counter() - started) * 1000))
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    time.sleep(2)
+    first = time.perf_counter()
+    store.search(np.ones(8, np.float32), 100, FILTERS[key])
+    assert store.auto_index.wait(120) and key in store.auto_index.indexed
+    live = time.perf_counter()
+    time.sleep(0.5)
+    stop.set()
+    prober.join()
+    indexed_ms = search_ms(store, FILTERS[key])
+    store.close()
+    quiet = statistics.median(ms for started, ms in probes if started < first)
+    stall = max(ms for started, ms in probes if first <= started + ms / 1000 and started <= live)
+    return f"| `{key}` | {(live - first) * 1000:.0f} | {plain_ms:.2f} | {indexed_ms:.2f} | {stall:.0f} | {quiet:.1f} |"
+
+
 class _Builds(logging.Handler):
     """The build times payload.sync_indexes logs (ms), the engine's own call alone."""
 
@@ -110,12 +144,18 @@ def main() -> None:
         "| index | build at start-up ms | disk MB | memory MB | filter p50 ms, no index | with it |",
         "|---|---|---|---|---|---|",
     ]
+    auto = [
+        "| key | first filtered search to index live ms | filter p50 ms before | after | longest search during it ms "
+        "| unfiltered search p50 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    plain = {}
     with tempfile.TemporaryDirectory(prefix="ms-index-cost-") as tmp:
         path = Path(tmp) / "store"
         build(path, args.items)
         for key, kind in INDEXES.items():
             store = EdgeStore(path, SCHEMA, optimize_after_writes=0, indexed_fields={})  # drops the previous index
-            plain_ms = search_ms(store, FILTERS[key])
+            plain_ms = plain[key] = search_ms(store, FILTERS[key])
             kept = len(store.search(np.ones(8, np.float32), args.items, FILTERS[key]).ids) / args.items
             store.close()
             disk0, rss0 = disk_mb(path), open_rss_mb(path, {})
@@ -133,8 +173,13 @@ def main() -> None:
             label = ", ".join(f"{k}:{v}" for k, v in fields.items()) or "no index"
             rows.append(f"| `in` with 1,000 numbers on bucket ({label}) | | | | {search_ms(store, many, 5):.2f} | |")
             store.close()
+        for key in INDEXES:
+            EdgeStore(path, SCHEMA, optimize_after_writes=0, indexed_fields={}).close()  # drops every index
+            auto.append(auto_index_row(path, key, plain[key]))
     print(f"{args.items:,} items; store-level search, k=100, plain segment\n")
     print("\n".join(rows))
+    print("\nAutomatic indexes (MS_AUTO_INDEX), from the first filter on each key\n")
+    print("\n".join(auto))
 
 
 if __name__ == "__main__":

@@ -72,6 +72,15 @@ class Settings(BaseSettings):
         "brand:keyword,price:float,in_stock:bool; both stores create, retype or drop indexes to match at start-up",
     )
 
+    auto_index: bool = Field(
+        True,
+        description="build a payload index in the background for a metadata key the first time a search filters on "
+        "it, typed from the stored values; kept across restarts (off: start-up drops every undeclared index)",
+    )
+    auto_index_max: int = Field(
+        16, ge=0, description="most payload indexes built automatically (MS_AUTO_INDEX), learned before a restart too"
+    )
+
     @field_validator("indexed_fields", mode="before")
     @classmethod
     def _parse_indexed_fields(cls, value: object) -> object:

@@ -33,6 +33,13 @@ class Metrics:
         self.indexed_items = Counter(
             "metricsearch_indexed_items", "items written by /index", ["outcome"], registry=self.registry
         )
+        self.auto_indexes = Counter(
+            "metricsearch_auto_indexes",
+            "metadata keys a filter used without a payload index, by what the store did (MS_AUTO_INDEX): built an "
+            "index, refused (no stored item holds the key, or its values mix types), failed",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.cache_lookups = Counter(
             "metricsearch_cache_lookups",
             "cache lookups by cache (embedding: query texts; answer: /similar by id) and outcome (hit, miss)",

@@ -82,7 +82,12 @@ def open_runtime(settings: Settings, metrics: Metrics, rollout: Rollout) -> Runt
     encoder = Encoder(bundle, settings.providers, settings.intra_op_threads, settings.encoder_backend, workers)
     # A Qdrant server that is down at start-up is waited for: the service starts unready (/readyz 503) and recovers
     # when Qdrant answers, so pods need not be started in order.
-    store = open_store(settings, vector_schema(bundle), wait_for_server=True)
+    store = open_store(
+        settings,
+        vector_schema(bundle),
+        wait_for_server=True,
+        on_auto_index=lambda outcome: metrics.auto_indexes.labels(outcome).inc(),
+    )
     # A Qdrant server may be written by other replicas, whose writes this process never sees: no answer cache there.
     answers = AnswerCache(
         0 if settings.qdrant_url else settings.answer_cache_size,

@@ -3,6 +3,8 @@ and every class-level operation (open, snapshot create and restore) goes through
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from metricsearch.service.config import Settings
 from metricsearch.service.store.base import Store, VectorSchema
 from metricsearch.service.store.edge import EdgeStore
@@ -17,7 +19,15 @@ def store_type(settings: Settings) -> type[Store]:
     return EdgeStore if settings.qdrant_url is None else RemoteStore
 
 
-def open_store(settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> Store:
+def open_store(
+    settings: Settings,
+    schema: VectorSchema,
+    *,
+    wait_for_server: bool = False,
+    on_auto_index: Callable[[str], None] | None = None,
+) -> Store:
     """A server that does not answer raises StoreUnavailableError, unless `wait_for_server` (the service: it starts
-    unready and opens the collection once Qdrant answers)."""
-    return store_type(settings).from_settings(settings, schema, wait_for_server=wait_for_server)
+    unready and opens the collection once Qdrant answers); `on_auto_index`: Store.from_settings."""
+    return store_type(settings).from_settings(
+        settings, schema, wait_for_server=wait_for_server, on_auto_index=on_auto_index
+    )

@@ -3,7 +3,7 @@ a Qdrant server or cluster (remote.py). Congruence tests run the same operations
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -96,8 +96,16 @@ class Store(Protocol):
     and must not create one, and the embedded store must not be held by the process restoring it."""
 
     @classmethod
-    def from_settings(cls, settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> Store:
-        """The store the settings name. With `wait_for_server`, a server that does not answer yet is no error."""
+    def from_settings(
+        cls,
+        settings: Settings,
+        schema: VectorSchema,
+        *,
+        wait_for_server: bool = False,
+        on_auto_index: Callable[[str], None] | None = None,
+    ) -> Store:
+        """The store the settings name. With `wait_for_server`, a server that does not answer yet is no error;
+        `on_auto_index` gets each automatic index's outcome (auto_index.py), for the metrics."""
 
     @classmethod
     def create_snapshot(cls, settings: Settings, schema: VectorSchema, target: Path) -> SnapshotReport:
@@ -150,6 +158,14 @@ class Store(Protocol):
         """Each point's score (core.lexical's TF-IDF cosine with the store's idf) for each named sparse query,
         aligned with `points` (point ids, as `SearchResult.points`); 0 where a point shares no term with the query or
         has no such vector. A query is scored against the stored vector of its own name, or the one `using` names."""
+
+    def metadata_kinds(self, key: str) -> set[str]:
+        """The payload index types (payload.value_kinds) of the values stored under metadata `key`, read until a
+        second one shows; empty when no item holds it: what an automatic index is typed from (auto_index.py)."""
+
+    def create_index(self, key: str, kind: str) -> None:
+        """Build a payload index of type `kind` (keyword, float or bool) on metadata `key`: a write, which a restart
+        keeps while MS_AUTO_INDEX is on. Filters answer the same with it; they only stop checking every point."""
 
     def count(self) -> int: ...
 

@@ -48,6 +48,7 @@ from qdrant_edge import (
     HasIdCondition,
     HasVectorCondition,
     HnswIndexConfig,
+    IsEmptyCondition,
     MatchAny,
     MatchValue,
     Modifier,
@@ -69,6 +70,7 @@ from metricsearch.core.records import point_id
 from metricsearch.service.config import Settings
 from metricsearch.service.store import base
 from metricsearch.service.store.atomic import fsync_tree, written_whole
+from metricsearch.service.store.auto_index import AutoIndex
 from metricsearch.service.store.base import (
     AnyOf,
     Condition,
@@ -91,6 +93,7 @@ from metricsearch.service.store.payload import (
     sparse_lists,
     sync_indexes,
     to_payload,
+    value_kinds,
     vector_lists,
 )
 from metricsearch.service.store.terms import TermMirror
@@ -123,7 +126,8 @@ class EdgeStore:
     `sync_writes`: fsync before a write returns. Without it a returned write is in the WAL (an mmap), which
     survives a crash of this process but not of the machine (QDRANT_EDGE.md); `indexed_fields`: the metadata keys
     to keep payload indexes on, {key: type} (payload.sync_indexes), None to leave the store's indexes as they are
-    (snapshot commands)."""
+    (snapshot commands); `auto_index_max`: with `indexed_fields`, learn up to this many more from filters and keep
+    those learned before (auto_index.py; None: off, undeclared indexes are dropped)."""
 
     def __init__(
         self,
@@ -134,6 +138,8 @@ class EdgeStore:
         indexing_threshold_kb: int | None = None,
         sync_writes: bool = False,
         indexed_fields: Mapping[str, str] | None = None,
+        auto_index_max: int | None = None,
+        on_auto_index: Callable[[str], None] | None = None,
     ) -> None:
         self._path = Path(path)
         self._sync_writes = sync_writes
@@ -172,12 +178,28 @@ class EdgeStore:
                 "this user can write"
             ) from e
         self._remove_stale_generations()
+        self.auto_index = AutoIndex(
+            limit=auto_index_max or 0,
+            kinds=self.metadata_kinds,
+            create=self.create_index,
+            where=f"the embedded store at {self._path}",
+            on_outcome=on_auto_index,
+        )
         if indexed_fields is not None:
-            self._sync_indexes(indexed_fields)
+            indexed = self._sync_indexes(indexed_fields, keep_learned=auto_index_max is not None)
+            if auto_index_max is not None:
+                self.auto_index.known(indexed, indexed_fields)
         self._mirror, self._terms = self._load_mirrors()
 
     @classmethod
-    def from_settings(cls, settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> EdgeStore:
+    def from_settings(
+        cls,
+        settings: Settings,
+        schema: VectorSchema,
+        *,
+        wait_for_server: bool = False,
+        on_auto_index: Callable[[str], None] | None = None,
+    ) -> EdgeStore:
         """The store under `data_dir/collection` (`wait_for_server` is for a server: this store is always there)."""
         return cls(
             settings.data_dir / settings.collection,
@@ -185,6 +207,8 @@ class EdgeStore:
             optimize_after_writes=settings.optimize_after_writes,
             sync_writes=settings.sync_writes,
             indexed_fields=settings.indexed_fields,
+            auto_index_max=settings.auto_index_max if settings.auto_index else None,
+            on_auto_index=on_auto_index,
         )
 
     # --- snapshots
@@ -309,6 +333,7 @@ class EdgeStore:
                 deleted += len(found)
         if written:
             self._sync(written)
+        self.auto_index.saw(conditions)
         return deleted
 
     def search(
@@ -338,6 +363,7 @@ class EdgeStore:
             hits = self._shard.query(request)
             points = [str(hit.id) for hit in hits]
             listings, vectors = self._mirror.take(points)
+        self.auto_index.saw(conditions)
         return SearchResult(
             listings=listings,
             scores=np.fromiter((hit.score for hit in hits), dtype=np.float32, count=len(hits)),
@@ -363,6 +389,33 @@ class EdgeStore:
         """From the term mirror (store/terms.py), read under the lock that orders it with writes."""
         with self._lock:
             return self._terms.scores(queries, points, using)
+
+    def metadata_kinds(self, key: str) -> set[str]:
+        """Read a page at a time under the lock, like a search, so searches go on between pages."""
+        path = metadata_path(key)
+        holding = Filter(must_not=[IsEmptyCondition(path)])
+        kinds: set[str] = set()
+        offset = None
+        while len(kinds) < 2:
+            request = ScrollRequest(offset=offset, limit=2048, filter=holding, with_payload=[path], with_vector=False)
+            with self._lock:
+                records, offset = self._shard.scroll(request)
+            for record in records:
+                kinds |= value_kinds(record.payload.get("metadata", {}).get(key))
+            if offset is None:
+                break
+        return kinds
+
+    def create_index(self, key: str, kind: str) -> None:
+        """A write like any other: journaled, so a running HNSW build's copy gets the index too and its swap does
+        not lose it. The engine builds it under the lock every search takes, so searches wait for the build
+        (docs/operations.md, "Indexed filters")."""
+        operation = UpdateOperation.create_field_index(metadata_path(key), _schema_type(kind))
+        with self._write_lock:
+            if self._closed:
+                raise StoreUnavailableError(f"the embedded store at {self._path} is closed")
+            written = self._apply(operation, 0, lambda: None)
+        self._sync(written)
 
     def count(self) -> int:
         with self._lock:
@@ -393,7 +446,9 @@ class EdgeStore:
             yield [self._path / SIDECAR, self._shard_dir(self._generation)]
 
     def close(self) -> None:
-        """Stop a running build (its copy is discarded), then flush and release the shard and its WAL lock."""
+        """Stop a running build (its copy is discarded), then flush and release the shard and its WAL lock. An
+        automatic index build under way is waited for (it takes the write lock)."""
+        self.auto_index.close()
         with self._write_lock:
             if self._closed:
                 return
@@ -646,17 +701,16 @@ class EdgeStore:
         shard.update(UpdateOperation.create_field_index("id", PayloadSchemaType.Keyword))
         return shard
 
-    def _sync_indexes(self, declared: Mapping[str, str]) -> None:
+    def _sync_indexes(self, declared: Mapping[str, str], *, keep_learned: bool) -> dict[str, str]:
         """At open, before any build copies the shard (its segments carry the indexes into every generation)."""
         existing = {path: _index_type(info.data_type) for path, info in self._shard.info().payload_schema.items()}
-        sync_indexes(
+        return sync_indexes(
             existing,
             declared,
-            create=lambda path, kind: self._shard.update(
-                UpdateOperation.create_field_index(path, getattr(PayloadSchemaType, kind.capitalize()))
-            ),
+            create=lambda path, kind: self._shard.update(UpdateOperation.create_field_index(path, _schema_type(kind))),
             drop=lambda path: self._shard.update(UpdateOperation.delete_field_index(path)),
             where=f"the embedded store at {self._path}",
+            keep_undeclared=keep_learned,
         )
 
     def _load_mirrors(self) -> tuple[VectorMirror[Listing], TermMirror]:
@@ -778,6 +832,10 @@ def _swap_in_snapshot(path: Path, staged_shard: Path, schema: VectorSchema) -> l
 def _index_type(data_type: PayloadSchemaType) -> str:
     """The engine's index type by the name MS_INDEXED_FIELDS gives it (`PayloadSchemaType.Float` is 'float')."""
     return str(data_type).rsplit(".", 1)[-1].lower()
+
+
+def _schema_type(kind: str) -> PayloadSchemaType:
+    return getattr(PayloadSchemaType, kind.capitalize())
 
 
 def _sparse_query(name: str, query: SparseVector) -> Query:

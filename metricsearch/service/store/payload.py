@@ -115,23 +115,46 @@ def sync_indexes(
     create: Callable[[str, str], None],
     drop: Callable[[str], None],
     where: str,
-) -> None:
-    """Make the payload indexes on metadata paths exactly the declared ones ({key: type}, MS_INDEXED_FIELDS):
-    `existing` is every payload index as {path: type}. An index already there with its type is kept (a restart
-    costs nothing); one of another type is dropped and built again; one no longer declared is dropped, since it
-    costs memory and each write's time. Indexes outside the metadata (the `id` index) are left alone."""
+    keep_undeclared: bool = False,
+) -> dict[str, str]:
+    """Make the payload indexes on metadata paths the declared ones ({key: type}, MS_INDEXED_FIELDS): `existing` is
+    every payload index as {path: type}. An index already there with its type is kept (a restart costs nothing); one
+    of another type is dropped and built again; one no longer declared is dropped, since it costs memory and each
+    write's time, unless `keep_undeclared` (MS_AUTO_INDEX: it was learned from filters). Indexes outside the metadata
+    (the `id` index) are left alone. Returns the metadata indexes now there, {key: type}."""
     wanted = {metadata_path(key): kind for key, kind in declared.items()}
+    kept = {}
     for path, kind in existing.items():
-        if path.startswith(_METADATA) and wanted.get(path) != kind:
-            drop(path)
-            retyped = f"declared {wanted[path]!r}" if path in wanted else "no longer declared"
-            logger.warning("%s: dropped the %r payload index on %s (%s)", where, kind, path, retyped)
+        if not path.startswith(_METADATA):
+            continue
+        if wanted.get(path, kind if keep_undeclared else None) == kind:
+            kept[path.removeprefix(_METADATA)] = kind
+            continue
+        drop(path)
+        retyped = f"declared {wanted[path]!r}" if path in wanted else "no longer declared"
+        logger.warning("%s: dropped the %r payload index on %s (%s)", where, kind, path, retyped)
     for path, kind in wanted.items():
         if existing.get(path) != kind:
             started = time.perf_counter()
             create(path, kind)
             took_ms = (time.perf_counter() - started) * 1e3
             logger.info("%s: built a %r payload index on %s in %.0f ms", where, kind, path, took_ms)
+        kept[path.removeprefix(_METADATA)] = kind
+    return kept
+
+
+def value_kinds(value: object) -> set[str]:
+    """The payload index types that would hold a stored metadata value (each element of a list): `keyword`, `float`
+    (every number), `bool`, or `other` (an object) that no index type holds. A null is none: no filter matches it."""
+    if value is None:
+        return set()
+    if isinstance(value, list):
+        return set().union(*map(value_kinds, value)) if value else set()
+    if isinstance(value, bool):
+        return {"bool"}
+    if is_number(value):
+        return {"float"}
+    return {"keyword"} if isinstance(value, str) else {"other"}
 
 
 def any_of_parts(values: Sequence[str | int]) -> tuple[list[str], list[int]]:

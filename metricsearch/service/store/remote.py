@@ -35,7 +35,7 @@ import re
 import tarfile
 import threading
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +54,7 @@ from metricsearch.service.cache import VectorCache
 from metricsearch.service.config import Settings
 from metricsearch.service.store import base
 from metricsearch.service.store.atomic import written_whole
+from metricsearch.service.store.auto_index import AutoIndex
 from metricsearch.service.store.base import (
     AnyOf,
     Condition,
@@ -76,6 +77,7 @@ from metricsearch.service.store.payload import (
     sparse_lists,
     sync_indexes,
     to_payload,
+    value_kinds,
     vector_lists,
 )
 
@@ -110,12 +112,13 @@ def served_collection(client: QdrantClient, name: str) -> str | None:
 class RemoteStore:
     """The Store on one collection; creates it (named cosine vectors, `shards` x `replication` on a cluster) when
     missing, and keeps payload indexes on the metadata keys of `indexed_fields` ({key: type}, payload.sync_indexes;
-    None leaves the collection's indexes as they are). `collection` is a served name (resolved when the store opens,
-    see served_collection) or a rollout's `<collection>.r<n>`; a collection it creates records the bundle's identity
-    and `bundle_dir` (the bundle a restart serves it with, service/rollout.py). Owns `client` from the start: closed
-    by close() or when opening fails. `url` only names the server in error messages. With `wait_for_server`, a server
-    that does not answer yet is not an error: every call retries opening the collection (and raises
-    StoreUnavailableError until it can)."""
+    None leaves the collection's indexes as they are; `auto_index_max`: with `indexed_fields`, learn up to this many
+    more from filters and keep those learned before, auto_index.py). `collection` is a served name (resolved when
+    the store opens, see served_collection) or a rollout's `<collection>.r<n>`; a collection it creates records the
+    bundle's identity and `bundle_dir` (the bundle a restart serves it with, service/rollout.py). Owns `client` from
+    the start: closed by close() or when opening fails. `url` only names the server in error messages. With
+    `wait_for_server`, a server that does not answer yet is not an error: every call retries opening the collection
+    (and raises StoreUnavailableError until it can)."""
 
     def __init__(
         self,
@@ -130,10 +133,13 @@ class RemoteStore:
         guard: CallGuard | None = None,
         vector_cache_mb: float = 256,
         indexed_fields: Mapping[str, str] | None = None,
+        auto_index_max: int | None = None,
+        on_auto_index: Callable[[str], None] | None = None,
         bundle_dir: Path | None = None,
     ) -> None:
         self._client = client
         self._indexed_fields = indexed_fields
+        self._auto_index_max = auto_index_max
         self._vectors = VectorCache(int(vector_cache_mb * 2**20))
         self._name = collection
         self._collection = collection
@@ -144,6 +150,13 @@ class RemoteStore:
         self._layout = collection_layout(shards, replication)
         self._guard = guard or CallGuard(
             f"Qdrant at {url}" if url else self._url, max_in_flight=16, failures=3, open_s=2.0
+        )
+        self.auto_index = AutoIndex(
+            limit=auto_index_max or 0,
+            kinds=self.metadata_kinds,
+            create=self.create_index,
+            where=f"collection {collection!r} on {self._url}",
+            on_outcome=on_auto_index,
         )
         self._open_lock = threading.Lock()
         self._opened = False
@@ -176,6 +189,8 @@ class RemoteStore:
         guard: CallGuard | None = None,
         vector_cache_mb: float = 256,
         indexed_fields: Mapping[str, str] | None = None,
+        auto_index_max: int | None = None,
+        on_auto_index: Callable[[str], None] | None = None,
         bundle_dir: Path | None = None,
     ) -> RemoteStore:
         client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout_s), check_compatibility=False)
@@ -190,11 +205,20 @@ class RemoteStore:
             guard=guard,
             vector_cache_mb=vector_cache_mb,
             indexed_fields=indexed_fields,
+            auto_index_max=auto_index_max,
+            on_auto_index=on_auto_index,
             bundle_dir=bundle_dir,
         )
 
     @classmethod
-    def from_settings(cls, settings: Settings, schema: VectorSchema, *, wait_for_server: bool = False) -> RemoteStore:
+    def from_settings(
+        cls,
+        settings: Settings,
+        schema: VectorSchema,
+        *,
+        wait_for_server: bool = False,
+        on_auto_index: Callable[[str], None] | None = None,
+    ) -> RemoteStore:
         assert settings.qdrant_url is not None, "the server store needs MS_QDRANT_URL"
         return cls.connect(
             settings.qdrant_url,
@@ -213,6 +237,8 @@ class RemoteStore:
             ),
             vector_cache_mb=settings.qdrant_vector_cache_mb,
             indexed_fields=settings.indexed_fields,
+            auto_index_max=settings.auto_index_max if settings.auto_index else None,
+            on_auto_index=on_auto_index,
             bundle_dir=settings.bundle_dir.resolve(),
         )
 
@@ -337,6 +363,7 @@ class RemoteStore:
                 selector = qm.PointIdsList(points=[r.id for r in records])
                 self._client.delete(self._collection, points_selector=selector, wait=True)
                 deleted += len(records)
+        self.auto_index.saw(conditions)
         return deleted
 
     def search(
@@ -368,6 +395,7 @@ class RemoteStore:
                 response = self._client.query_points(
                     self._collection, query=dense, using=self._schema.ann, query_filter=where, limit=limit, **read
                 )
+        self.auto_index.saw(conditions)
         hits = self._with_vectors(response.points) if self._vectors.enabled else response.points
         return search_result(hits, self._schema.sizes)
 
@@ -430,6 +458,32 @@ class RemoteStore:
         scores.update({name: aligned_scores(a.points, points) for name, a in zip(named, answers, strict=True)})
         return scores
 
+    def metadata_kinds(self, key: str) -> set[str]:
+        """A guarded call a page, so requests keep their share of the calls in flight."""
+        path = metadata_path(key)
+        holding = qm.Filter(must_not=[qm.IsEmptyCondition(is_empty=qm.PayloadField(key=path))])
+        kinds: set[str] = set()
+        offset = None
+        while len(kinds) < 2:
+            with self._serving():
+                records, offset = self._client.scroll(
+                    self._collection, scroll_filter=holding, limit=1000, offset=offset, with_payload=[path]
+                )
+            for record in records:
+                kinds |= value_kinds((record.payload or {}).get("metadata", {}).get(key))
+            if offset is None:
+                break
+        return kinds
+
+    def create_index(self, key: str, kind: str) -> None:
+        """Not waited for: the server builds it in the background, and a build over a large collection could outlast
+        MS_QDRANT_TIMEOUT_S and count as an outage against the breaker. Filters answer the same meanwhile."""
+        with self._serving(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Payload indexes have no effect")  # local mode (tests)
+            self._client.create_payload_index(
+                self._collection, metadata_path(key), qm.PayloadSchemaType(kind), wait=False
+            )
+
     def count(self) -> int:
         with self._serving():
             return self._client.count(self._collection, exact=True).count
@@ -453,6 +507,7 @@ class RemoteStore:
         """Nothing to do: the server's optimizer indexes new points by itself."""
 
     def close(self) -> None:
+        self.auto_index.close()
         self._client.close()
 
     @property
@@ -524,7 +579,7 @@ class RemoteStore:
             return
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Payload indexes have no effect")  # local mode (tests)
-            sync_indexes(
+            indexed = sync_indexes(
                 existing,
                 self._indexed_fields,
                 create=lambda path, kind: self._client.create_payload_index(
@@ -532,7 +587,10 @@ class RemoteStore:
                 ),
                 drop=lambda path: self._client.delete_payload_index(self._collection, path, wait=True),
                 where=f"collection {self._collection!r} on {self._url}",
+                keep_undeclared=self._auto_index_max is not None,
             )
+        if self._auto_index_max is not None:
+            self.auto_index.known(indexed, self._indexed_fields)
 
     def _warn_on_other_layout(self, params: qm.CollectionParams) -> None:
         """The service never reshards an existing collection; say so when the settings ask for another layout."""

@@ -1,0 +1,130 @@
+"""Payload indexes learned from filters (MS_AUTO_INDEX), for both stores: the first filter on a metadata key without
+an index schedules one background build, typed from the stored values, so later filters on it stop checking every
+point (docs/operations.md, "Indexed filters"). The filtered search itself never waits: it runs unindexed as before.
+
+Filters are user input, so what a client can make the store do is bounded: a key is indexed only when stored items
+hold it, all with one type (a key holding strings and numbers gets none: an index of one type would serve only
+part of its filters), at most `limit` learned indexes in all, and at most _QUEUED keys wait for a look at the data
+at a time (one worker; a key turned away is looked at again on a later search). A key refused or whose build failed
+is remembered (the last _REMEMBERED of them), so it is not tried again on every search."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from metricsearch.service.store.base import Condition
+
+logger = logging.getLogger(__name__)
+
+_QUEUED = 8
+_REMEMBERED = 1024
+
+
+class AutoIndex:
+    """`kinds(key)`: the index types of the values stored under a metadata key (payload.value_kinds); `create(key,
+    kind)`: the store's index build, a write. Off (every search ignored) until `known` tells it which keys have an
+    index, once the store opened; `on_outcome` is called with built, refused or failed for each key looked at."""
+
+    def __init__(
+        self,
+        *,
+        limit: int,
+        kinds: Callable[[str], set[str]],
+        create: Callable[[str, str], None],
+        where: str,
+        on_outcome: Callable[[str], None] | None = None,
+    ) -> None:
+        self._limit = limit
+        self._kinds = kinds
+        self._create = create
+        self._where = where
+        self._on_outcome = on_outcome or (lambda outcome: None)
+        self._lock = threading.Lock()
+        self._indexed: dict[str, str] | None = None
+        self._learned = 0
+        self._queued: set[str] = set()
+        self._refused: OrderedDict[str, None] = OrderedDict()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auto-index")
+        self._idle = threading.Condition(self._lock)
+
+    @property
+    def indexed(self) -> dict[str, str]:
+        """The metadata keys with an index, declared or learned, {key: type}."""
+        with self._lock:
+            return dict(self._indexed or {})
+
+    def known(self, indexed: Mapping[str, str], declared: Mapping[str, str]) -> None:
+        """The store's metadata indexes after its start-up sync; those not declared were learned before a restart and
+        count towards the limit."""
+        with self._lock:
+            self._indexed = dict(indexed)
+            self._learned = len(set(indexed) - set(declared))
+
+    def saw(self, conditions: Sequence[Condition]) -> None:
+        """A search filtered on these (validated) conditions: schedule a build for each new key; never blocks."""
+        with self._lock:
+            if self._indexed is None:
+                return
+            for key in {c.key for c in conditions}:
+                if key in self._indexed or key in self._queued or key in self._refused:
+                    continue
+                if self._learned + len(self._queued) >= self._limit or len(self._queued) >= _QUEUED:
+                    return
+                self._queued.add(key)
+                self._worker.submit(self._learn, key)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until no key is queued or being built; True when none is."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._queued, timeout)
+
+    def close(self) -> None:
+        """Drop the keys still queued and wait for a build under way (the store closes after it)."""
+        self._worker.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            self._queued.clear()
+            self._idle.notify_all()
+
+    def _learn(self, key: str) -> None:
+        outcome = "refused"
+        try:
+            kinds = self._kinds(key)
+            if len(kinds) != 1 or kinds == {"other"}:
+                found = ", ".join(sorted(kinds)) or "no stored item has it"
+                logger.info("%s: no automatic payload index on metadata.%s (values: %s)", self._where, key, found)
+                return
+            (kind,) = kinds
+            started = time.perf_counter()
+            self._create(key, kind)
+            took_ms = (time.perf_counter() - started) * 1e3
+            logger.info(
+                "%s: built an automatic %r payload index on metadata.%s in %.0f ms (a filter used it)",
+                self._where,
+                kind,
+                key,
+                took_ms,
+                extra={"key": key, "index_type": kind, "ms": round(took_ms, 1)},
+            )
+            outcome = "built"
+        except Exception:
+            logger.exception(
+                "%s: automatic payload index on metadata.%s failed; not retried on every search", self._where, key
+            )
+            outcome = "failed"
+        finally:
+            with self._lock:
+                self._queued.discard(key)
+                if outcome == "built":
+                    self._indexed[key] = kind
+                    self._learned += 1
+                else:
+                    self._refused[key] = None
+                    if len(self._refused) > _REMEMBERED:
+                        self._refused.popitem(last=False)
+                self._idle.notify_all()
+            self._on_outcome(outcome)
