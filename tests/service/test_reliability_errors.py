@@ -49,7 +49,7 @@ def test_readyz_goes_from_503_to_200_when_qdrant_comes_back(tiny_bundle, tmp_pat
     monkeypatch.setattr(
         runtime_module,
         "open_store",
-        lambda settings, schema, wait_for_server: RemoteStore(
+        lambda settings, schema, wait_for_server, **_: RemoteStore(
             client, settings.collection, schema, url=settings.qdrant_url, wait_for_server=wait_for_server
         ),
     )
