@@ -1,6 +1,6 @@
 """Hybrid quality: the packaged model's fused rerank (learned metric + lexical scores) on both catalog pairs, next to
 TF-IDF, the lexical score alone and the off-the-shelf per-field angular rerank, measured in one run; the default
-weights re-derived by their rule (`metricsearch tune` on Abt-Buy's catalog, no labels); each pair tuned on its own
+weights re-derived by their rule (`metricsearch tune --pairs` on Abt-Buy's gold matches); each pair tuned on its own
 catalog; and the default bundle served through HTTP (POST /index, POST /similar, k = 100). Then two checks of the
 default bundle off its home ground: Abt titles as free-text queries over Buy (MRR@10, served) and STS-benchmark test
 pairs (Spearman of the fused score). Prints the tables and rewrites EVALUATION.md's "Hybrid" section.
