@@ -67,6 +67,8 @@ class AutoIndex:
 
     def saw(self, conditions: Sequence[Condition]) -> None:
         """A search filtered on these (validated) conditions: schedule a build for each new key; never blocks."""
+        if not conditions:  # most searches: no lock taken on the hot path
+            return
         with self._lock:
             if self._indexed is None:
                 return

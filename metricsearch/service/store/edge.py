@@ -91,9 +91,9 @@ from metricsearch.service.store.payload import (
     metadata_path,
     one_of_numbers,
     sparse_lists,
+    stored_kinds,
     sync_indexes,
     to_payload,
-    value_kinds,
     vector_lists,
 )
 from metricsearch.service.store.terms import TermMirror
@@ -394,17 +394,14 @@ class EdgeStore:
         """Read a page at a time under the lock, like a search, so searches go on between pages."""
         path = metadata_path(key)
         holding = Filter(must_not=[IsEmptyCondition(path)])
-        kinds: set[str] = set()
-        offset = None
-        while len(kinds) < 2:
+
+        def read_page(offset: object) -> tuple[list[dict], object]:
             request = ScrollRequest(offset=offset, limit=2048, filter=holding, with_payload=[path], with_vector=False)
             with self._lock:
                 records, offset = self._shard.scroll(request)
-            for record in records:
-                kinds |= value_kinds(record.payload.get("metadata", {}).get(key))
-            if offset is None:
-                break
-        return kinds
+            return [record.payload for record in records], offset
+
+        return stored_kinds(key, read_page)
 
     def create_index(self, key: str, kind: str) -> None:
         """A write like any other: journaled, so a running HNSW build's copy gets the index too and its swap does

@@ -157,6 +157,19 @@ def value_kinds(value: object) -> set[str]:
     return {"keyword"} if isinstance(value, str) else {"other"}
 
 
+def stored_kinds(key: str, read_page: Callable[[Any], tuple[Sequence[Mapping | None], Any]]) -> set[str]:
+    """value_kinds of every value stored under metadata `key`, read a page of payloads at a time (`read_page(offset)`
+    gives the payloads and the next offset, None after the last) until a second kind shows or none is left."""
+    kinds: set[str] = set()
+    offset = None
+    while True:
+        payloads, offset = read_page(offset)
+        for payload in payloads:
+            kinds |= value_kinds((payload or {}).get("metadata", {}).get(key))
+        if len(kinds) >= 2 or offset is None:
+            return kinds
+
+
 def any_of_parts(values: Sequence[str | int]) -> tuple[list[str], list[int]]:
     """An `in` filter's strings, for one MatchAny, and its numbers, for `one_of_numbers`."""
     return [v for v in values if isinstance(v, str)], [v for v in values if not isinstance(v, str)]

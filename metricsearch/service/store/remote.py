@@ -75,9 +75,9 @@ from metricsearch.service.store.payload import (
     one_of_numbers,
     search_result,
     sparse_lists,
+    stored_kinds,
     sync_indexes,
     to_payload,
-    value_kinds,
     vector_lists,
 )
 
@@ -462,18 +462,15 @@ class RemoteStore:
         """A guarded call a page, so requests keep their share of the calls in flight."""
         path = metadata_path(key)
         holding = qm.Filter(must_not=[qm.IsEmptyCondition(is_empty=qm.PayloadField(key=path))])
-        kinds: set[str] = set()
-        offset = None
-        while len(kinds) < 2:
+
+        def read_page(offset: object) -> tuple[list[dict | None], object]:
             with self._serving():
                 records, offset = self._client.scroll(
                     self._collection, scroll_filter=holding, limit=1000, offset=offset, with_payload=[path]
                 )
-            for record in records:
-                kinds |= value_kinds((record.payload or {}).get("metadata", {}).get(key))
-            if offset is None:
-                break
-        return kinds
+            return [record.payload for record in records], offset
+
+        return stored_kinds(key, read_page)
 
     def create_index(self, key: str, kind: str) -> None:
         """Not waited for: the server builds it in the background, and a build over a large collection could outlast
