@@ -19,6 +19,7 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -112,14 +113,9 @@ def build_store(bundle: Path, items: list[dict], fields: np.ndarray, data_dir: P
     store.close()
 
 
-def candidate_recall(
-    bundle: Path, items: list[dict], fields: np.ndarray, data_dir: Path, queries: list[int], ks: list[int]
-) -> dict[int, dict]:
-    """Per query item and k: the exact fused top k over every item (the rerank the service runs, on all of them)
-    against the service's own answer (its candidates, then the same rerank), in process on the stored catalog."""
-    loaded = load_bundle(bundle)
-    store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(loaded))
-    catalog = Catalog(loaded.manifest, Encoder(loaded), store, candidates_min=100, candidates_factor=10)
+def exact_scores(catalog: Catalog, items: list[dict], fields: np.ndarray) -> Callable[[int], np.ndarray]:
+    """A function of a query item's index: the rerank the service runs, over every item (no ANN step), as scores
+    aligned with `items`; the query item itself -inf."""
     lexical = catalog.lexical
     assert lexical is not None
     everything = FieldVectors(fields, np.ones(fields.shape[:2], dtype=bool), None)
@@ -129,23 +125,39 @@ def candidate_recall(
             documents[name].append(vector)
     components = {name: lexical.using.get(name, name) for name in (*documents, *lexical.using)}
     stats = catalog.stats()
-    recalls: dict[int, list[float]] = {k: [] for k in ks}
-    seconds: dict[int, list[float]] = {k: [] for k in ks}
-    for q in tqdm(queries, desc="recall"):
-        item = items[q]
-        terms = lexical.queries(item["title"], item["description"])
-        scores = {  # every component, each against the stored vector it is scored on (lexical_codes: the whole text)
+
+    def scores(q: int) -> np.ndarray:
+        terms = lexical.queries(items[q]["title"], items[q]["description"])
+        by_component = {  # each against the stored vector it is scored on (lexical_codes: the whole text)
             name: lexical_matrix([terms[name]], documents[stored])[0] if name in terms else np.full(len(items), np.nan)
             for name, stored in components.items()
         }
-        ranked = catalog.rerank(FieldVectors(fields[q], everything.present[q], None), everything, scores, stats)
+        ranked = catalog.rerank(FieldVectors(fields[q], everything.present[q], None), everything, by_component, stats)
         ranked.scores[q] = -np.inf
+        return ranked.scores
+
+    return scores
+
+
+def candidate_recall(
+    bundle: Path, items: list[dict], fields: np.ndarray, data_dir: Path, queries: list[int], ks: list[int]
+) -> dict[int, dict]:
+    """Per query item and k: the exact fused top k over every item (the rerank the service runs, on all of them)
+    against the service's own answer (its candidates, then the same rerank), in process on the stored catalog."""
+    loaded = load_bundle(bundle)
+    store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(loaded))
+    catalog = Catalog(loaded.manifest, Encoder(loaded), store, candidates_min=100, candidates_factor=10)
+    exact = exact_scores(catalog, items, fields)
+    recalls: dict[int, list[float]] = {k: [] for k in ks}
+    seconds: dict[int, list[float]] = {k: [] for k in ks}
+    for q in tqdm(queries, desc="recall"):
+        ranked = exact(q)
         for k in ks:
-            exact = {items[i]["id"] for i in scoring.top_k(ranked.scores, k)}
+            best = {items[i]["id"] for i in scoring.top_k(ranked, k)}
             started = time.perf_counter()
-            served = {match.id for match in catalog.similar_to_item(item["id"], k)}
+            served = {match.id for match in catalog.similar_to_item(items[q]["id"], k)}
             seconds[k].append(time.perf_counter() - started)
-            recalls[k].append(len(exact & served) / k)
+            recalls[k].append(len(best & served) / k)
     store.close()
     return {
         k: {

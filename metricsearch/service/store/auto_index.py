@@ -6,7 +6,9 @@ Filters are user input, so what a client can make the store do is bounded: a key
 hold it, all with one type (a key holding strings and numbers gets none: an index of one type would serve only
 part of its filters), at most `limit` learned indexes in all, and at most _QUEUED keys wait for a look at the data
 at a time (one worker; a key turned away is looked at again on a later search). A key refused or whose build failed
-is remembered (the last _REMEMBERED of them), so it is not tried again on every search."""
+is remembered (the last _REMEMBERED of them) for RETRY_AFTER_S, so it is not tried again on every search, but is once
+that time passed: filters that arrive before the catalog (a service started empty) still get their index once items
+hold the key."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ logger = logging.getLogger(__name__)
 
 _QUEUED = 8
 _REMEMBERED = 1024
+RETRY_AFTER_S = 60.0
 
 
 class AutoIndex:
@@ -48,7 +51,7 @@ class AutoIndex:
         self._indexed: dict[str, str] | None = None
         self._learned = 0
         self._queued: set[str] = set()
-        self._refused: OrderedDict[str, None] = OrderedDict()
+        self._refused: OrderedDict[str, float] = OrderedDict()  # key: when it was refused (time.monotonic)
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auto-index")
         self._idle = threading.Condition(self._lock)
 
@@ -73,12 +76,22 @@ class AutoIndex:
             if self._indexed is None:
                 return
             for key in {c.key for c in conditions}:
-                if key in self._indexed or key in self._queued or key in self._refused:
+                if key in self._indexed or key in self._queued or self._refused_lately(key):
                     continue
                 if self._learned + len(self._queued) >= self._limit or len(self._queued) >= _QUEUED:
                     return
                 self._queued.add(key)
                 self._worker.submit(self._learn, key)
+
+    def _refused_lately(self, key: str) -> bool:
+        """Whether the key was refused (or failed) less than RETRY_AFTER_S ago; forgets an older refusal."""
+        refused_at = self._refused.get(key)
+        if refused_at is None:
+            return False
+        if time.monotonic() - refused_at < RETRY_AFTER_S:
+            return True
+        del self._refused[key]
+        return False
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until no key is queued or being built; True when none is."""
@@ -98,7 +111,13 @@ class AutoIndex:
             kinds = self._kinds(key)
             if len(kinds) != 1 or kinds == {"other"}:
                 found = ", ".join(sorted(kinds)) or "no stored item has it"
-                logger.info("%s: no automatic payload index on metadata.%s (values: %s)", self._where, key, found)
+                logger.info(
+                    "%s: no automatic payload index on metadata.%s (values: %s); looked at again after %.0f s",
+                    self._where,
+                    key,
+                    found,
+                    RETRY_AFTER_S,
+                )
                 return
             (kind,) = kinds
             started = time.perf_counter()
@@ -115,7 +134,10 @@ class AutoIndex:
             outcome = "built"
         except Exception:
             logger.exception(
-                "%s: automatic payload index on metadata.%s failed; not retried on every search", self._where, key
+                "%s: automatic payload index on metadata.%s failed; retried after %.0f s at the earliest",
+                self._where,
+                key,
+                RETRY_AFTER_S,
             )
             outcome = "failed"
         finally:
@@ -125,7 +147,7 @@ class AutoIndex:
                     self._indexed[key] = kind
                     self._learned += 1
                 else:
-                    self._refused[key] = None
+                    self._refused[key] = time.monotonic()
                     if len(self._refused) > _REMEMBERED:
                         self._refused.popitem(last=False)
                 self._idle.notify_all()

@@ -7,6 +7,7 @@ values, bounded, kept across restarts, answering the same. The server store is c
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -15,7 +16,7 @@ from qdrant_client import QdrantClient
 from qdrant_edge import EdgeShard
 
 from metricsearch.service.config import Settings
-from metricsearch.service.store import EdgeStore, RemoteStore, open_store
+from metricsearch.service.store import EdgeStore, RemoteStore, auto_index, open_store
 from metricsearch.service.store.base import AnyOf, Equals, Range, StoredItem
 from tests.service.qdrant_rest import QdrantRest
 from tests.service.store.conftest import SCHEMA, Reference
@@ -216,6 +217,26 @@ def test_a_key_whose_values_mix_types_gets_no_index(tmp_path, items):
     finally:
         store.close()
     assert edge_indexes(tmp_path / "edge") == {"id": "keyword"}
+
+
+def test_a_key_refused_while_no_item_held_it_is_looked_at_again_once_its_refusal_expired(tmp_path, items, monkeypatch):
+    """Filters that arrive before the catalog (a service started empty) must not leave the key unindexed for good:
+    its refusal holds for RETRY_AFTER_S (searches meanwhile do not look again), then the next filter does."""
+    monkeypatch.setattr(auto_index, "RETRY_AFTER_S", 2.0)
+    outcomes: list[str] = []
+    store = _auto_edge(tmp_path / "edge", on_auto_index=outcomes.append)
+    try:
+        store.search(query_vector(0), 10, [Equals("color", "red")])  # an empty store: no item holds the key
+        assert store.auto_index.wait(30) and outcomes == ["refused"]
+        store.upsert(items(range(20)))
+        store.search(query_vector(0), 10, [Equals("color", "red")])
+        assert store.auto_index.wait(30) and outcomes == ["refused"], "looked at again within RETRY_AFTER_S"
+        time.sleep(2.1)
+        store.search(query_vector(0), 10, [Equals("color", "red")])
+        assert store.auto_index.wait(30) and outcomes == ["refused", "built"]
+        assert store.auto_index.indexed == {"color": "keyword"}
+    finally:
+        store.close()
 
 
 def test_filters_on_random_keys_build_no_index_and_learned_indexes_are_bounded(tmp_path, items):
