@@ -24,14 +24,14 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.data import ROOT
-from bench.hybrid_scale import build_store, exact_scores, synthetic_catalog
+from bench.hybrid_scale import build_store, exact_scores, served_recall, synthetic_catalog
 from bench.report import write_section
-from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
 from metricsearch.service import Catalog, Settings, open_store, vector_schema
 
 COUNTS = (100, 200, 300, 500, 1000)
+DEFAULT_MIN, DEFAULT_FACTOR = (Settings.model_fields[f].default for f in ("candidates_min", "candidates_factor"))
 KS = (10, 100)
 
 
@@ -46,13 +46,10 @@ def measure(bundle: Path, items: list[dict], fields: np.ndarray, data_dir: Path,
     try:
         for q in tqdm(queries, desc="queries"):
             ranked = exact(q)
-            for k in KS:
-                best = {items[i]["id"] for i in scoring.top_k(ranked, k)}
-                for c in (c for c in COUNTS if c >= k):
-                    started = time.perf_counter()
-                    served = {match.id for match in catalogs[c].similar_to_item(items[q]["id"], k)}
-                    results[k, c][1].append(time.perf_counter() - started)
-                    results[k, c][0].append(len(best & served) / k)
+            for (k, c), (recalls, seconds) in results.items():
+                recall, took = served_recall(catalogs[c], items, ranked, q, k)
+                recalls.append(recall)
+                seconds.append(took)
     finally:
         store.close()
     return results
@@ -68,17 +65,16 @@ def main() -> None:
     started = time.time()
     load_before = os.getloadavg()[0]
     items, fields = synthetic_catalog(args.items, load_bundle(args.bundle).manifest.encoder.dim)
-    workdir = Path(tempfile.mkdtemp(prefix="ms-candidates-"))
-    data_dir = args.store_dir or workdir / "store"
-    if not (data_dir / "built").exists():
-        shutil.rmtree(data_dir, ignore_errors=True)
-        build_store(args.bundle, items, fields, data_dir)
-        (data_dir / "built").write_text(f"{args.items}\n")
-    elif (data_dir / "built").read_text().strip() != str(args.items):
-        raise SystemExit(f"{data_dir} holds another catalog size; remove it or pass another --store-dir")
     queries = np.random.default_rng(2).choice(args.items, args.queries, replace=False).tolist()
-    results = measure(args.bundle, items, fields, data_dir, queries)
-    shutil.rmtree(workdir)
+    with tempfile.TemporaryDirectory(prefix="ms-candidates-") as tmp:
+        data_dir = args.store_dir or Path(tmp) / "store"
+        if not (data_dir / "built").exists():
+            shutil.rmtree(data_dir, ignore_errors=True)
+            build_store(args.bundle, items, fields, data_dir)
+            (data_dir / "built").write_text(f"{args.items}\n")
+        elif (data_dir / "built").read_text().strip() != str(args.items):
+            raise SystemExit(f"{data_dir} holds another catalog size; remove it or pass another --store-dir")
+        results = measure(args.bundle, items, fields, data_dir, queries)
 
     lines = [
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared; 1-min load average {load_before:.1f} at the "
@@ -95,7 +91,7 @@ def main() -> None:
         "|---|---|---|---|---|",
     ]
     for (k, c), (recalls, seconds) in results.items():
-        default = " (default)" if c == max(100, 10 * k) else ""
+        default = " (default)" if c == max(DEFAULT_MIN, DEFAULT_FACTOR * k) else ""
         lines.append(
             f"| {k} | {c}{default} | {np.mean(recalls):.3f} | {np.mean(np.equal(recalls, 1.0)):.0%} | "
             f"{1000 * statistics.median(seconds):.1f} |"

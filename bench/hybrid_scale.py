@@ -139,6 +139,15 @@ def exact_scores(catalog: Catalog, items: list[dict], fields: np.ndarray) -> Cal
     return scores
 
 
+def served_recall(catalog: Catalog, items: list[dict], exact: np.ndarray, q: int, k: int) -> tuple[float, float]:
+    """The share of the exact top k (`exact`: exact_scores(q)) in the catalog's answer for item q, and the answer's
+    seconds."""
+    best = {items[i]["id"] for i in scoring.top_k(exact, k)}
+    started = time.perf_counter()
+    served = {match.id for match in catalog.similar_to_item(items[q]["id"], k)}
+    return len(best & served) / k, time.perf_counter() - started
+
+
 def candidate_recall(
     bundle: Path, items: list[dict], fields: np.ndarray, data_dir: Path, queries: list[int], ks: list[int]
 ) -> dict[int, dict]:
@@ -153,11 +162,9 @@ def candidate_recall(
     for q in tqdm(queries, desc="recall"):
         ranked = exact(q)
         for k in ks:
-            best = {items[i]["id"] for i in scoring.top_k(ranked, k)}
-            started = time.perf_counter()
-            served = {match.id for match in catalog.similar_to_item(items[q]["id"], k)}
-            seconds[k].append(time.perf_counter() - started)
-            recalls[k].append(len(best & served) / k)
+            recall, took = served_recall(catalog, items, ranked, q, k)
+            recalls[k].append(recall)
+            seconds[k].append(took)
     store.close()
     return {
         k: {
