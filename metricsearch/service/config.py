@@ -142,7 +142,9 @@ class Settings(BaseSettings):
 
     # --- ranking
     candidates_min: int = Field(100, gt=0, description="fewest ANN candidates reranked exactly")
-    candidates_factor: int = Field(10, gt=0, description="ANN candidates = max(candidates_min, factor x k)")
+    candidates_factor: int = Field(
+        3, gt=0, description="ANN candidates = max(candidates_min, factor x k); 3: BENCHMARKS.md 'Candidates'"
+    )
     max_candidates: int = Field(
         5000, gt=0, description="most candidates a group_by request widens to while it lacks k results"
     )

@@ -39,7 +39,7 @@ NEGATIVE_WEIGHT = 0.5
 positive keeps half its score, so negatives steer without wiping out what the positives ask for."""
 WIDEN = 4
 MMR_POOL = 3
-"""Diversity picks k among at least this many times k candidates (the default candidates are 10 x k anyway)."""
+"""Diversity picks k among at least this many times k candidates (as many as the default candidates, 3 x k)."""
 
 
 @dataclass(frozen=True)
