@@ -355,12 +355,16 @@ class Rollout:
                 )
             try:
                 path = Path(bundle_dir).resolve()
-                if not (path / MANIFEST_FILE).is_file():
-                    raise NotFoundError(
-                        f"no bundle at {bundle_dir!r} ({path} holds no {MANIFEST_FILE}) on the service's machine"
-                    )
+                found = (path / MANIFEST_FILE).is_file()
+            except (OSError, ValueError) as e:  # a path the OS refuses (a NUL byte, a name too long) names no bundle
+                raise NotFoundError(f"no bundle at {bundle_dir!r} on the service's machine: {e}") from e
+            if not found:
+                raise NotFoundError(
+                    f"no bundle at {bundle_dir!r} ({path} holds no {MANIFEST_FILE}) on the service's machine"
+                )
+            try:
                 load_bundle(path)
-            except (BundleError, OSError, ValueError, RuntimeError) as e:  # a path the OS refuses: the caller's
+            except (BundleError, OSError, ValueError, RuntimeError) as e:  # a bundle there, but not one to serve
                 raise InvalidInputError(f"cannot roll out {bundle_dir!r}: {e}") from e
             folder = self._generations.next_name()
             runtime = self._build(self._served.model_copy(update={"bundle_dir": path, "collection": folder}))

@@ -163,6 +163,9 @@ def test_abort_drops_the_shadow_and_conflicting_calls_get_409(tiny_bundle, bundl
                 assert answer.status_code == 409 and "no rollout" in answer.json()["detail"]
             missing = http.post("/admin/rollout", json={"bundle": str(tmp_path / "nowhere")})
             assert missing.status_code == 404 and "no bundle at" in missing.json()["detail"]
+            for refused in ("a\x00b", "x" * 300):  # paths the OS refuses (NUL byte, name too long) name no bundle
+                answer = http.post("/admin/rollout", json={"bundle": refused})
+                assert answer.status_code == 404 and "no bundle at" in answer.json()["detail"], answer.text
             broken = tmp_path / "broken"
             broken.mkdir()
             (broken / "bundle.json").write_text("{")
