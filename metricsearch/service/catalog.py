@@ -23,7 +23,7 @@ from metricsearch.core.bundle import Bundle, Manifest
 from metricsearch.core.errors import InvalidInputError, NotFoundError
 from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats
 from metricsearch.core.lexical import WHOLE_TEXT, SparseVector, lexical_fields
-from metricsearch.core.records import Item, Match, point_id
+from metricsearch.core.records import Item, Match
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.core.spans import span
 from metricsearch.encoder import Encoder
@@ -306,7 +306,7 @@ class Catalog:
         return FieldVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
 
     def _lexical(
-        self, terms: dict[str, SparseVector], present: np.ndarray, points: Sequence[str]
+        self, terms: dict[str, SparseVector], present: np.ndarray, points: Sequence[str | int]
     ) -> dict[str, np.ndarray] | None:
         """Each candidate's lexical score per lexical field, from the store (its idf is the live catalog's); NaN where
         the query has no term in the field or the candidate lacks it (the whole text is never missing)."""
@@ -336,7 +336,7 @@ class Catalog:
         if len(sample) < 2:
             return ComponentStats.estimate({})
         stored = self._stored({name: np.stack([i.vectors[name] for i in sample]) for name in sample[0].vectors})
-        points = [point_id(item.id) for item in sample]
+        points = self.store.points([item.id for item in sample])
         parts: dict[str, list[np.ndarray]] = {}
         for n, item in enumerate(sample):
             query = FieldVectors(
@@ -452,7 +452,7 @@ class Catalog:
         query: FieldVectors,
         terms: dict[str, SparseVector] | None,
         candidates: FieldVectors,
-        points: Sequence[str],
+        points: Sequence[str | int],
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One query's metric score of each candidate and every component (lexical ones with `terms`), unfused;
         `points`: the candidates' point ids (`SearchResult.points`)."""

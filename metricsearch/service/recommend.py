@@ -128,7 +128,11 @@ class Recommender:
         ]
 
     def _scores(
-        self, positives: Sequence[Probe], negatives: Sequence[Probe], candidates: FieldVectors, points: Sequence[str]
+        self,
+        positives: Sequence[Probe],
+        negatives: Sequence[Probe],
+        candidates: FieldVectors,
+        points: Sequence[str | int],
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The combined score and components (module docstring, step 2)."""
         catalog = self.catalog

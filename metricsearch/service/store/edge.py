@@ -30,6 +30,7 @@ import sys
 import tarfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -268,10 +269,11 @@ class EdgeStore:
         points = [Point(pid, self._point_vectors(it), to_payload(it)) for pid, it in zip(ids, items, strict=True)]
         vectors = {name: np.asarray([it.vectors[name] for it in items], np.float32) for name in self._schema.sizes}
         listings = [Listing(it.id, it.title, it.metadata) for it in items]
+        keys = [uuid.UUID(pid).int for pid in ids]
 
         def mirror() -> None:
-            self._mirror.put(ids, listings, vectors)
-            self._terms.put(ids, [it.sparse for it in items])
+            self._mirror.put(keys, listings, vectors)
+            self._terms.put(keys, [it.sparse for it in items])
 
         with self._write_lock:
             written = self._apply(UpdateOperation.upsert_points(points), len(points), mirror)
@@ -299,19 +301,21 @@ class EdgeStore:
             return 0
         with self._write_lock:
             with self._lock:
-                found = [str(r.id) for r in self._shard.retrieve(point_ids, False, False)]
+                found = [r.id for r in self._shard.retrieve(point_ids, False, False)]
             if not found:
                 return 0
             written = self._apply(
-                UpdateOperation.delete_points(found), len(found), functools.partial(self._forget, found)
+                UpdateOperation.delete_points([str(p) for p in found]),
+                len(found),
+                functools.partial(self._forget, [p.int for p in found]),
             )
         self._sync(written)
         return len(found)
 
-    def _forget(self, points: list[str]) -> None:
+    def _forget(self, keys: list[int]) -> None:
         """Deleted points leave both in-RAM copies (vectors and terms) with the write that deletes them."""
-        self._mirror.remove(points)
-        self._terms.remove(points)
+        self._mirror.remove(keys)
+        self._terms.remove(keys)
 
     def delete_where(self, conditions: Sequence[Condition]) -> int:
         where = _filter(conditions, ())
@@ -328,7 +332,9 @@ class EdgeStore:
                 if not found:
                     break
                 written = self._apply(
-                    UpdateOperation.delete_points(found), len(found), functools.partial(self._forget, found)
+                    UpdateOperation.delete_points(found),
+                    len(found),
+                    functools.partial(self._forget, [r.id.int for r in records]),
                 )
                 deleted += len(found)
         if written:
@@ -361,7 +367,7 @@ class EdgeStore:
             else:
                 request = QueryRequest(limit=limit, query=dense, filter=where, with_payload=False, with_vector=False)
             hits = self._shard.query(request)
-            points = [str(hit.id) for hit in hits]
+            points = [hit.id.int for hit in hits]
             listings, vectors = self._mirror.take(points)
         self.auto_index.saw(conditions)
         return SearchResult(
@@ -383,8 +389,12 @@ class EdgeStore:
             records, following = self._shard.scroll(request)
         return [from_payload(r.payload) for r in records], None if following is None else str(following)
 
+    def points(self, ids: Sequence[str]) -> list[int]:
+        """Each point id's UUID as an int: the key of both in-RAM copies."""
+        return [uuid.UUID(point_id(i)).int for i in ids]
+
     def lexical_scores(
-        self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
+        self, queries: Mapping[str, SparseVector], points: Sequence[int], using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:
         """From the term mirror (store/terms.py), read under the lock that orders it with writes."""
         with self._lock:
@@ -725,7 +735,7 @@ class EdgeStore:
                 )
             )
             if records:
-                points = [str(r.id) for r in records]
+                points = [r.id.int for r in records]
                 vectors = {
                     name: np.array([r.vector[name] for r in records], dtype=np.float32) for name in self._schema.sizes
                 }

@@ -15,7 +15,7 @@ Written by hand: a growable id -> row store is a few lines of numpy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -38,7 +38,7 @@ def _blocks_of(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 class VectorMirror(Generic[Entry]):
     def __init__(self, sizes: Mapping[str, int]) -> None:
-        self._rows: dict[str, int] = {}
+        self._rows: dict[Hashable, int] = {}
         self._free: list[int] = []
         self._entries: list[Entry | None] = []
         self._sizes = dict(sizes)
@@ -53,7 +53,7 @@ class VectorMirror(Generic[Entry]):
         """Bytes of the rows in use (a block's unwritten rows take no memory)."""
         return len(self._entries) * 4 * sum(self._sizes.values())
 
-    def put(self, ids: Sequence[str], entries: Sequence[Entry], vectors: Mapping[str, np.ndarray]) -> None:
+    def put(self, ids: Sequence[Hashable], entries: Sequence[Entry], vectors: Mapping[str, np.ndarray]) -> None:
         """Insert or replace the (n, size) vectors of point `ids`, one row each, unit-norm as a cosine store keeps
         them, with one entry each."""
         rows = [self._row_for(i) for i in ids]
@@ -68,14 +68,14 @@ class VectorMirror(Generic[Entry]):
                 here = block == b
                 blocks[b][offset[here]] = unit[here]
 
-    def remove(self, ids: Sequence[str]) -> None:
+    def remove(self, ids: Sequence[Hashable]) -> None:
         for point in ids:
             row = self._rows.pop(point, None)
             if row is not None:
                 self._entries[row] = None  # an entry may be large (metadata): do not keep it alive
                 self._free.append(row)
 
-    def take(self, ids: Sequence[str]) -> tuple[list[Entry], dict[str, np.ndarray]]:
+    def take(self, ids: Sequence[Hashable]) -> tuple[list[Entry], dict[str, np.ndarray]]:
         """The entries and (len(ids), size) vector copies of point `ids`; KeyError for an id never put."""
         rows = [self._rows[i] for i in ids]
         block, offset = _blocks_of(np.asarray(rows, dtype=np.int64))
@@ -88,7 +88,7 @@ class VectorMirror(Generic[Entry]):
             taken[name] = out
         return [self._entries[r] for r in rows], taken
 
-    def _row_for(self, point: str) -> int:
+    def _row_for(self, point: Hashable) -> int:
         row = self._rows.get(point)
         if row is not None:
             return row

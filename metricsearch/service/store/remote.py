@@ -438,6 +438,9 @@ class RemoteStore:
             )
         return [from_payload(r.payload or {}) for r in records], None if following is None else str(following)
 
+    def points(self, ids: Sequence[str]) -> list[str]:
+        return [point_id(i) for i in ids]
+
     def lexical_scores(
         self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:

@@ -16,7 +16,7 @@ Written by hand: no library keeps a mutable CSR matrix with live document freque
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from itertools import repeat
 from typing import NamedTuple, Protocol
 
@@ -136,11 +136,11 @@ def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 class TermMirror:
     def __init__(self, names: Sequence[str]) -> None:
-        self._rows: dict[str, int] = {}
+        self._rows: dict[Hashable, int] = {}
         self._free: list[int] = []
         self._postings = {name: _Postings() for name in names}
 
-    def put(self, points: Sequence[str], sparse: Sequence[Mapping[str, _Sparse]]) -> None:
+    def put(self, points: Sequence[Hashable], sparse: Sequence[Mapping[str, _Sparse]]) -> None:
         """Insert or replace each point's sparse vectors (by name; a name absent or empty: none); a point given twice
         keeps its last vectors."""
         latest = dict(zip(points, sparse, strict=True))
@@ -150,14 +150,14 @@ class TermMirror:
             postings.clear(rows)
             postings.set(rows, [vectors.get(name) for vectors in latest.values()])
 
-    def remove(self, points: Sequence[str]) -> None:
+    def remove(self, points: Sequence[Hashable]) -> None:
         rows = [row for point in points if (row := self._rows.pop(point, None)) is not None]
         for postings in self._postings.values():
             postings.clear(rows)
         self._free += rows
 
     def scores(
-        self, queries: Mapping[str, SparseVector], points: Sequence[str], using: Mapping[str, str] | None = None
+        self, queries: Mapping[str, SparseVector], points: Sequence[Hashable], using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:
         """Each point's lexical score per named query (against the vector `using` names, else its own), aligned with
         `points`; 0 for an unknown point."""
@@ -182,7 +182,7 @@ class TermMirror:
         kept = np.sort(np.argsort(-self._postings[name].weights(query), kind="stable")[:keep])
         return SparseVector(query.indices[kept], query.values[kept])
 
-    def _row_for(self, point: str) -> int:
+    def _row_for(self, point: Hashable) -> int:
         row = self._rows.get(point)
         if row is None:
             row = self._free.pop() if self._free else len(self._rows)

@@ -8,7 +8,6 @@ import pytest
 from qdrant_client import QdrantClient
 
 from metricsearch.core.lexical import code_vector, document_frequencies, lexical_scores, term_vector
-from metricsearch.core.records import point_id
 from metricsearch.service.store import EdgeStore, RemoteStore
 from metricsearch.service.store.base import Equals, StoredItem, VectorSchema
 
@@ -55,7 +54,7 @@ def store(request, tmp_path):
 def test_lexical_scores_equal_brute_force(store, text):
     ids = [f"i{n}" for n in range(len(TITLES))]
     query = term_vector(text)
-    got = store.lexical_scores({"lex_title": query}, [point_id(i) for i in ids])["lex_title"]
+    got = store.lexical_scores({"lex_title": query}, store.points(ids))["lex_title"]
     frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
     expected = lexical_scores(query, [term_vector(t) for t in TITLES], frequencies, documents)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
@@ -65,7 +64,7 @@ def test_a_query_scored_against_another_stored_vector_equals_brute_force(store):
     """`using`: the codes component scores the query's code terms against another field's stored vectors."""
     ids = [f"i{n}" for n in range(len(TITLES))]
     query = code_vector("sony ps-lx350h turntable")
-    got = store.lexical_scores({"codes": query}, [point_id(i) for i in ids], {"codes": "lex_title"})["codes"]
+    got = store.lexical_scores({"codes": query}, store.points(ids), {"codes": "lex_title"})["codes"]
     frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
     expected = lexical_scores(query, [term_vector(t) for t in TITLES], frequencies, documents)
     assert expected.max() > 0
@@ -89,7 +88,7 @@ def test_lexical_candidates_respect_the_filter(store):
 
 
 def test_items_without_terms_or_unknown_ids_score_zero(store):
-    points = [point_id(i) for i in ("i7", "missing", "i0")]
+    points = store.points(["i7", "missing", "i0"])
     scores = store.lexical_scores({"lex_title": term_vector("sony")}, points)["lex_title"]
     assert scores[0] == 0 and scores[1] == 0 and scores[2] > 0
 
@@ -125,7 +124,7 @@ def test_scores_follow_replacements_deletions_and_a_reopen(tmp_path):
         frequencies, documents = document_frequencies(term_vector(t) for t in texts.values())
         return lexical_scores(term_vector(query), [term_vector(t) for t in texts.values()], frequencies, documents)
 
-    points = [point_id(i) for i in texts]
+    points = store.points(list(texts))
     for query in ("sony turntable", "eos 5d", "shirt"):
         got = store.lexical_scores({"lex_title": term_vector(query)}, points)["lex_title"]
         np.testing.assert_allclose(got, expected(query), rtol=1e-4, atol=1e-5)
@@ -143,7 +142,7 @@ def test_a_delete_by_filter_leaves_the_term_frequencies_of_what_is_left(tmp_path
     left = {f"i{n}": title for n, title in enumerate(TITLES) if n % 2 == 0}
     frequencies, documents = document_frequencies(term_vector(t) for t in left.values())
     query = term_vector("sony turntable shirt")
-    got = store.lexical_scores({"lex_title": query}, [point_id(i) for i in left])["lex_title"]
+    got = store.lexical_scores({"lex_title": query}, store.points(list(left)))["lex_title"]
     expected = lexical_scores(query, [term_vector(t) for t in left.values()], frequencies, documents)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
     store.close()
