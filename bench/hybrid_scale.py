@@ -5,7 +5,8 @@
 One synthetic catalog (clusters of near-duplicates: per-field dense vectors around the cluster's, titles and
 descriptions that share the cluster's words and part number among Zipf-distributed vocabulary) is stored twice:
 with the default bundle (dense + lexical vectors, fused rerank) and with the same bundle without lexical vectors
-(the service before hybrid retrieval). Each gets /similar by id through HTTP, in one run. Candidate recall: the share
+(the service before hybrid retrieval). Both are served at once and get the same /similar by id requests through
+HTTP, each request to both in turn, so a ratio holds on a shared machine whose speed drifts. Candidate recall: the share
 of the exact fused top 10 (every item reranked) that the service's own candidates (dense ANN + the whole text's
 lexical matches) lead to, in process on the same store. Writes the "Hybrid at scale" section of BENCHMARKS.md.
 """
@@ -176,21 +177,35 @@ def candidate_recall(
     }
 
 
-def by_id_latency(bundle: Path, data_dir: Path, ids: list[str], requests: int) -> dict:
-    service = ServiceProcess(bundle, data_dir, {"MS_OPTIMIZE_AFTER_WRITES": "0", "MS_ANSWER_CACHE_SIZE": "0"})
-    service.start()
+def by_id_latency(stores: dict[Path, Path], ids: list[str], requests: int) -> dict[str, dict]:
+    """{bundle name: {k: (p50, p99, server p50)}} with every service up at once: each request goes to each service
+    in turn, the order alternating, so the shared machine's drift in speed falls on all of them alike."""
+    env = {"MS_OPTIMIZE_AFTER_WRITES": "0", "MS_ANSWER_CACHE_SIZE": "0"}
+    services = {bundle.name: ServiceProcess(bundle, data_dir, env) for bundle, data_dir in stores.items()}
+    clients = {}
     rng = np.random.default_rng(1)
-    client = Client(service.port)
     try:
-        timed_requests(client, [{"id": ids[i], "k": 10} for i in rng.integers(0, len(ids), 50)])  # page in
-        results = {}
+        for name, service in services.items():
+            service.start()
+            clients[name] = Client(service.port)
+        warm_up = [{"id": ids[i], "k": 10} for i in rng.integers(0, len(ids), 50)]  # page in
+        for client in clients.values():
+            timed_requests(client, warm_up)
+        results: dict[str, dict] = {name: {} for name in services}
         for k in (10, 100):
-            bodies = [{"id": ids[i], "k": k} for i in rng.integers(0, len(ids), requests)]
-            latency, server_ms = timed_requests(client, bodies)
-            results[k] = (percentile(latency, 50), percentile(latency, 99), statistics.median(server_ms))
+            samples = {name: ([], []) for name in services}
+            for n, i in enumerate(rng.integers(0, len(ids), requests)):
+                for name in list(clients)[:: 1 if n % 2 else -1]:
+                    latency, server_ms = timed_requests(clients[name], [{"id": ids[i], "k": k}])
+                    samples[name][0].extend(latency)
+                    samples[name][1].extend(server_ms)
+            for name, (latency, server_ms) in samples.items():
+                results[name][k] = (percentile(latency, 50), percentile(latency, 99), statistics.median(server_ms))
     finally:
-        client.close()
-        service.stop()
+        for client in clients.values():
+            client.close()
+        for service in services.values():
+            service.stop()
     return results
 
 
@@ -214,9 +229,7 @@ def main() -> None:
         recall = candidate_recall(
             args.bundle, items, fields, workdir / f"store-{args.bundle.name}", queries, args.recall_k
         )
-        latency = {
-            b.name: by_id_latency(b, workdir / f"store-{b.name}", ids, args.requests) for b in (plain, args.bundle)
-        }
+        latency = by_id_latency({b: workdir / f"store-{b.name}" for b in (plain, args.bundle)}, ids, args.requests)
 
     fused, before = latency[args.bundle.name], latency[plain.name]
     lines = [
@@ -225,7 +238,7 @@ def main() -> None:
         f"{(time.time() - started) / 60:.0f} min.",
         f"Command: `.venv/bin/python -m bench.hybrid_scale --items {args.items} --requests {args.requests} "
         f"--recall-queries {args.recall_queries} --recall-k {' '.join(map(str, args.recall_k))}` (one run; client "
-        "and service share the cores).",
+        "and services share the cores; both services up at once, each request sent to both in turn).",
         f"Catalog: {args.items:,} synthetic items in clusters of about {CLUSTER} (dense vectors around the cluster's; "
         "titles and descriptions sharing the cluster's words and, for 70%, a part number, among Zipf-distributed "
         f"words of a {VOCABULARY:,}-word vocabulary).",
