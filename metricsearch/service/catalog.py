@@ -455,6 +455,6 @@ class Catalog:
         points: Sequence[str | int],
     ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """One query's metric score of each candidate and every component (lexical ones with `terms`), unfused;
-        `points`: the candidates' point ids (`SearchResult.points`)."""
+        `points`: the candidates' points as `SearchResult.points` holds them."""
         lexical = None if terms is None else self._lexical(terms, candidates.present, points)
         return self.rerank.metric_scores(query, candidates, lexical)
