@@ -26,7 +26,14 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog_match
-from bench.hybrid_scale import build_store, exact_scores, served_recall, synthetic_catalog
+from bench.hybrid_scale import (
+    DEFAULT_FACTOR,
+    DEFAULT_MIN,
+    build_store,
+    exact_scores,
+    served_recall,
+    synthetic_catalog,
+)
 from bench.report import write_section
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.records import Item
@@ -35,7 +42,6 @@ from metricsearch.evaluation import read_task
 from metricsearch.service import Catalog, Settings, open_store, vector_schema
 
 COUNTS = (100, 200, 300, 500, 1000)
-DEFAULT_MIN, DEFAULT_FACTOR = (Settings.model_fields[f].default for f in ("candidates_min", "candidates_factor"))
 KS = (10, 100)
 PAGE = 100  # the wide page of the real-catalog table (the most /similar returns)
 

@@ -48,6 +48,8 @@ from metricsearch.service import (
 
 VOCABULARY = 30_000
 CLUSTER = 20
+DEFAULT_MIN, DEFAULT_FACTOR = (Settings.model_fields[f].default for f in ("candidates_min", "candidates_factor"))
+"""The service's default candidate count (MS_CANDIDATES_MIN / _FACTOR): the recall measured is the served one."""
 
 
 def synthetic_catalog(n: int, dim: int, seed: int = 0) -> tuple[list[dict], np.ndarray]:
@@ -156,7 +158,9 @@ def candidate_recall(
     against the service's own answer (its candidates, then the same rerank), in process on the stored catalog."""
     loaded = load_bundle(bundle)
     store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(loaded))
-    catalog = Catalog(loaded.manifest, Encoder(loaded), store, candidates_min=100, candidates_factor=10)
+    catalog = Catalog(
+        loaded.manifest, Encoder(loaded), store, candidates_min=DEFAULT_MIN, candidates_factor=DEFAULT_FACTOR
+    )
     exact = exact_scores(catalog, items, fields)
     recalls: dict[int, list[float]] = {k: [] for k in ks}
     seconds: dict[int, list[float]] = {k: [] for k in ks}
