@@ -31,12 +31,17 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
 from metricsearch.core.bundle import Manifest
 
 _PIECES = re.compile(r"[^\W_]+")
+CACHED_TERMS = 1 << 16
+"""Term ids kept, of terms up to CACHED_TERM_CHARS long: a catalog's vocabulary repeats from item to item, and a
+cached id costs a tenth of its hash. The length bound keeps the cache a few MB whatever texts a client sends."""
+CACHED_TERM_CHARS = 32
 
 
 @dataclass(frozen=True)
@@ -69,13 +74,23 @@ def analyze(text: str) -> list[str]:
 
 def is_code(term: str) -> bool:
     """A model or part number: letters and digits together ("kdl40v5100", "5d"), or five digits or more."""
-    has_digit = any(c.isdigit() for c in term)
-    return has_digit and (any(c.isalpha() for c in term) or (term.isdigit() and len(term) >= 5))
+    if term.isdigit():
+        return len(term) >= 5
+    if term.isalpha():  # most terms: decided without a look at each character
+        return False
+    return any(c.isdigit() for c in term) and any(c.isalpha() for c in term)
 
 
 def term_id(term: str) -> int:
     """A stable 32-bit id: the same in every process and store, with no vocabulary to keep."""
+    return _cached_term_id(term) if len(term) <= CACHED_TERM_CHARS else _hashed_term_id(term)
+
+
+def _hashed_term_id(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode("utf-8", "surrogatepass"), digest_size=4).digest(), "little")
+
+
+_cached_term_id = lru_cache(maxsize=CACHED_TERMS)(_hashed_term_id)
 
 
 def _sparse(weights: dict[int, float]) -> SparseVector:
@@ -85,16 +100,24 @@ def _sparse(weights: dict[int, float]) -> SparseVector:
 
 def term_vector(text: str) -> SparseVector:
     """The text's terms weighted 1 + ln tf, L2-normalised: what a document stores and a query sends."""
-    counts = Counter(term_id(t) for t in analyze(text))
+    return _weighted(analyze(text))
+
+
+def code_vector(text: str) -> SparseVector:
+    """The text's term vector with only its code terms kept, their weights unchanged (normalised over all terms)."""
+    return _codes(analyze(text), term_vector(text))
+
+
+def _weighted(terms: list[str]) -> SparseVector:
+    counts = Counter(map(term_id, terms))
     weights = {i: 1.0 + math.log(tf) for i, tf in counts.items()}
     norm = math.sqrt(math.fsum(w * w for w in weights.values()))
     return _sparse({i: w / norm for i, w in weights.items()})
 
 
-def code_vector(text: str) -> SparseVector:
-    """The text's term vector with only its code terms kept, their weights unchanged (normalised over all terms)."""
-    vector = term_vector(text)
-    codes = {term_id(t) for t in analyze(text) if is_code(t)}
+def _codes(terms: list[str], vector: SparseVector) -> SparseVector:
+    """`vector` (the term vector of `terms`) with only the code terms kept."""
+    codes = {term_id(t) for t in terms if is_code(t)}
     kept = np.fromiter((int(i) in codes for i in vector.indices), dtype=bool, count=len(vector))
     return SparseVector(vector.indices[kept], vector.values[kept])
 
@@ -148,10 +171,14 @@ class LexicalFields:
         """The stored sparse vectors, by field."""
         self.using = {CODES: self.names[WHOLE_TEXT]}
         """The stored vector each query scores against, where it is not the query's own name."""
+        self.components = [*self.names.values(), CODES]
+        """Every lexical component a rerank shows, in order."""
 
-    def _texts(self, title: str | None, description: str | None) -> dict[str, str]:
-        title, description = title or "", description or ""
-        return {"title": title, "description": description, WHOLE_TEXT: f"{title}\n{description}"}
+    def _terms(self, title: str | None, description: str | None) -> dict[str, list[str]]:
+        """Each field's terms; the whole text's are the title's then the description's, what analysing the two joined
+        by a newline gives (a newline composes, changes case and splits with nothing), for a third of the work."""
+        title_terms, description_terms = analyze(title or ""), analyze(description or "")
+        return {"title": title_terms, "description": description_terms, WHOLE_TEXT: title_terms + description_terms}
 
     def present(self, fields: Sequence[str], present: np.ndarray) -> dict[str, np.ndarray]:
         """Per lexical vector, which items hold its field, from `present` (items x `fields`, the embedded fields):
@@ -164,20 +191,21 @@ class LexicalFields:
 
     def documents(self, title: str, description: str) -> dict[str, SparseVector]:
         """A field without a term gets an empty vector (a store keeps none)."""
-        texts = self._texts(title, description)
-        return {name: term_vector(texts[field]) for field, name in self.names.items()}
+        terms = self._terms(title, description)
+        return {name: _weighted(terms[field]) for field, name in self.names.items()}
 
     def queries(
         self, title: str | None, description: str | None, free_text: str | None = None
     ) -> dict[str, SparseVector]:
         """A field the query has no term in gets no vector: its component is then unknown, not 0. Keyed by component
         (`using` names the stored vector a component is scored against)."""
-        if free_text is not None:
-            vectors = {**dict.fromkeys(self.names.values(), term_vector(free_text)), CODES: code_vector(free_text)}
-        else:
-            texts = self._texts(title, description)
-            vectors = {name: term_vector(texts[field]) for field, name in self.names.items()}
-            vectors[CODES] = code_vector(texts[WHOLE_TEXT])
+        terms = {WHOLE_TEXT: analyze(free_text)} if free_text is not None else self._terms(title, description)
+        whole = _weighted(terms[WHOLE_TEXT])
+        vectors = {  # a free text stands for every field
+            name: _weighted(terms[field]) if field != WHOLE_TEXT and field in terms else whole
+            for field, name in self.names.items()
+        }
+        vectors[CODES] = _codes(terms[WHOLE_TEXT], whole)
         return {name: vector for name, vector in vectors.items() if len(vector)}
 
 

@@ -53,6 +53,12 @@ class Reranker:
         Estimated from `metric_scores`' components over a sample of stored items' pairs (service/catalog.py)."""
         return self.fusion is not None or self.metric == "recobert"
 
+    @property
+    def scored(self) -> frozenset[str]:
+        """The components a score reads beyond the metric's own: a fused bundle's weighted ones. The others are shown
+        only, so a service computes them for the rows it shows, not for every candidate."""
+        return frozenset(name for name, w in (self.fusion or {}).items() if w > 0)
+
     def __call__(
         self,
         query: FieldVectors,

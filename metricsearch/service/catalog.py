@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -124,6 +124,10 @@ class Catalog:
         self.fields = self.rerank.fields
         self.weights = self.rerank.weights
         self.lexical = lexical_fields(manifest)
+        self._component_order = [*self.fields, *(self.lexical.components if self.lexical else ())]
+        """How a match's `scores` lists its components: the metric's per field, then the lexical ones."""
+        self._shown_only = set(self._component_order) - set(self.fields) - self.rerank.scored
+        """The lexical components no score reads: computed for the rows shown, not for every candidate."""
         self._stats: ComponentStats | None = None
         self._stats_items = 0
         self._stats_lock = threading.Lock()
@@ -306,16 +310,22 @@ class Catalog:
         return FieldVectors(scoring.normalize_rows(fields[:, :dim]), present, factors)
 
     def _lexical(
-        self, terms: dict[str, SparseVector], present: np.ndarray, points: Sequence[str | int]
+        self,
+        terms: dict[str, SparseVector],
+        present: np.ndarray,
+        points: Sequence[str | int],
+        names: Collection[str] | None = None,
     ) -> dict[str, np.ndarray] | None:
-        """Each candidate's lexical score per lexical field, from the store (its idf is the live catalog's); NaN where
-        the query has no term in the field or the candidate lacks it (the whole text is never missing)."""
+        """Each candidate's lexical score per lexical component (those in `names`, else all), from the store (its idf
+        is the live catalog's); NaN where the query has no term in the field or the candidate lacks it (the whole
+        text is never missing)."""
         if self.lexical is None:
             return None
-        scores = self.store.lexical_scores(terms, points, self.lexical.using)
+        held = {n: h for n, h in self.lexical.present(self.fields, present).items() if names is None or n in names}
+        scores = self.store.lexical_scores({n: v for n, v in terms.items() if n in held}, points, self.lexical.using)
         return {
-            name: np.where(held & (name in terms), scores.get(name, np.zeros(len(points))), np.nan)
-            for name, held in self.lexical.present(self.fields, present).items()
+            name: np.where(here & (name in terms), scores.get(name, np.zeros(len(points))), np.nan)
+            for name, here in held.items()
         }
 
     def stats(self) -> ComponentStats:
@@ -406,18 +416,24 @@ class Catalog:
             return []
         with span("rerank", candidates=len(found.listings)):
             candidates = self._stored(found.vectors)
-            lexical = None if terms is None else self._lexical(terms, candidates.present, found.points)
+            lexical = (
+                None if terms is None else self._lexical(terms, candidates.present, found.points, self.rerank.scored)
+            )
             stats = self.stats() if self.rerank.needs_stats else None
             ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
         # the text it replaced (a second read of the payloads would allow that).
         best = scoring.top_k(ranked.scores, k, found.ids)
+        shown = {name: values[best] for name, values in ranked.components.items()}
+        if terms is not None and self.lexical is not None and self._shown_only:
+            points = [found.points[i] for i in best]
+            shown |= self._lexical(terms, candidates.present[best], points, self._shown_only)
         # The shown rows' components as one matrix, converted to floats in one call rather than value by value.
-        names = list(ranked.components)
-        shown = np.stack([ranked.components[name][best] for name in names], axis=1, dtype=np.float64)
-        finite = np.isfinite(shown).tolist()
+        names = [name for name in self._component_order if name in shown]
+        table = np.stack([shown[name] for name in names], axis=1, dtype=np.float64)
+        finite = np.isfinite(table).tolist()
         matches = []
-        for i, values, kept, score in zip(best, shown.tolist(), finite, ranked.scores[best].tolist(), strict=True):
+        for i, values, kept, score in zip(best, table.tolist(), finite, ranked.scores[best].tolist(), strict=True):
             listing = found.listings[i]
             field_scores = {name: v if f else None for name, v, f in zip(names, values, kept, strict=True)}
             matches.append(Match(listing.id, score, listing.title, listing.metadata, field_scores))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import Counter
 
@@ -10,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from metricsearch.core.lexical import (
+    CACHED_TERM_CHARS,
     CODES,
     WHOLE_TEXT,
     LexicalFields,
+    SparseVector,
     analyze,
     code_vector,
     document_frequencies,
@@ -40,6 +43,26 @@ def test_term_ids_are_stable_32_bit():
     assert term_id("sony") == term_id("sony") != term_id("sonny")
     assert 0 <= term_id("x") < 2**32
     assert term_id("\ud800") >= 0  # a lone surrogate is a term like any other, not a crash
+
+
+def test_long_terms_get_the_same_ids_as_cached_short_ones():
+    """Ids of short terms are cached, longer ones hashed each time: both are the same stable hash."""
+    long = "x" * (CACHED_TERM_CHARS + 1)
+    assert term_id(long) == int.from_bytes(hashlib.blake2b(long.encode(), digest_size=4).digest(), "little")
+    assert term_id("sony") == int.from_bytes(hashlib.blake2b(b"sony", digest_size=4).digest(), "little")
+
+
+@settings(max_examples=300, deadline=None)
+@given(title=st.text(), description=st.text())
+def test_the_whole_text_vector_is_the_joined_texts(title, description):
+    """The whole text is analysed as the title's terms then the description's: what the two joined by a newline give,
+    whatever the characters at the join (combining marks, a final sigma, odd spaces)."""
+    joined = term_vector(f"{title}\n{description}")
+    for vector in (
+        LexicalFields(["title"]).documents(title, description)["lexical_text"],
+        LexicalFields(["title"]).queries(title, description).get("lexical_text", SparseVector.empty()),
+    ):
+        assert vector.indices.tolist() == joined.indices.tolist() and vector.values.tolist() == joined.values.tolist()
 
 
 def test_term_weights_are_sublinear_tf_normalised():

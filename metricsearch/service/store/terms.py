@@ -98,25 +98,41 @@ class _Postings:
         self.starts[live] = np.cumsum(self.lengths[live]) - self.lengths[live]
         self.indices, self.values, self.used = indices, values, len(gather)
 
+    def idf(self, terms: np.ndarray) -> np.ndarray:
+        """idf_t of each term, with the live document frequencies."""
+        frequency = np.array([self.frequency.get(t, 0) for t in terms.tolist()], dtype=np.float64)
+        return idf(frequency, self.documents)
+
     def weights(self, query: SparseVector) -> np.ndarray:
         """q_t idf_t of each query term."""
-        frequency = np.array([self.frequency.get(t, 0) for t in query.indices.tolist()], dtype=np.float64)
-        return query.values.astype(np.float64) * idf(frequency, self.documents)
+        return query.values.astype(np.float64) * self.idf(query.indices)
 
     def gather(self, rows: np.ndarray) -> _Gathered:
-        """The rows' terms and weights in one pass (a negative row: no such point, no terms), for every query that
-        scores them."""
-        found = rows >= 0
-        lengths = np.where(found, self.lengths[np.maximum(rows, 0)], 0)
-        at = _positions(np.where(found, self.starts[np.maximum(rows, 0)], 0), lengths)
+        """The rows' terms and weights in one pass, for every query that scores them."""
+        lengths = self.lengths[rows]
+        at = _positions(self.starts[rows], lengths)
         owner = np.repeat(np.arange(len(rows)), lengths)
         return _Gathered(self.indices[at], self.values[at], owner, len(rows))
 
-    def scores(self, query: SparseVector, rows: _Gathered) -> np.ndarray:
-        """sum_t idf_t q_t d_t of each gathered row."""
-        slot = np.minimum(np.searchsorted(query.indices, rows.terms), len(query.indices) - 1)
-        weights = np.where(query.indices[slot] == rows.terms, self.weights(query)[slot], 0.0)
-        return np.bincount(rows.owner, weights=rows.values * weights, minlength=rows.count)
+    def scores(self, queries: Mapping[str, SparseVector], rows: _Gathered) -> dict[str, np.ndarray]:
+        """sum_t idf_t q_t d_t of each gathered row, for every query at once: the rows' terms are looked up once
+        among all the queries' terms (a whole text and its codes share most)."""
+        terms = np.unique(np.concatenate([query.indices for query in queries.values()]))
+        if not len(terms):
+            return {name: np.zeros(rows.count) for name in queries}
+        term_idf = self.idf(terms)
+        weights = np.zeros((len(terms), len(queries)))
+        for column, query in enumerate(queries.values()):
+            at = np.searchsorted(terms, query.indices)
+            weights[at, column] = query.values.astype(np.float64) * term_idf[at]
+        slot = np.minimum(np.searchsorted(terms, rows.terms), len(terms) - 1)
+        hit = np.flatnonzero(terms[slot] == rows.terms)
+        products = rows.values[hit, None] * weights[slot[hit]]
+        owner = rows.owner[hit]
+        return {
+            name: np.bincount(owner, weights=products[:, column], minlength=rows.count)
+            for column, name in enumerate(queries)
+        }
 
 
 class _Gathered(NamedTuple):
@@ -134,6 +150,10 @@ def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(offsets - starts, lengths)
 
 
+NO_POINT = 0
+"""The row no point gets, always empty: an unknown point's (deleted since its search) reads as a row without terms."""
+
+
 class TermMirror:
     def __init__(self, names: Sequence[str]) -> None:
         self._rows: dict[Hashable, int] = {}
@@ -146,7 +166,7 @@ class TermMirror:
         latest = dict(zip(points, sparse, strict=True))
         rows = [self._row_for(point) for point in latest]
         for name, postings in self._postings.items():
-            postings.reserve_rows(len(self._rows) + len(self._free))
+            postings.reserve_rows(len(self._rows) + len(self._free) + 1)
             postings.clear(rows)
             postings.set(rows, [vectors.get(name) for vectors in latest.values()])
 
@@ -161,18 +181,14 @@ class TermMirror:
     ) -> dict[str, np.ndarray]:
         """Each point's lexical score per named query (against the vector `using` names, else its own), aligned with
         `points`; 0 for an unknown point."""
-        rows = np.fromiter(map(self._rows.get, points, repeat(-1)), dtype=np.int64, count=len(points))
-        using = using or {}
-        gathered: dict[str, _Gathered] = {}  # each stored vector's slices read once: the whole text serves two queries
-        scores = {}
+        rows = np.fromiter(map(self._rows.get, points, repeat(NO_POINT)), dtype=np.int64, count=len(points))
+        on_vector: dict[str, dict[str, SparseVector]] = {}  # each stored vector's slices read once for its queries
         for name, query in queries.items():
-            vector = using.get(name, name)
-            if not len(query):
-                scores[name] = np.zeros(len(points))
-                continue
-            if vector not in gathered:
-                gathered[vector] = self._postings[vector].gather(rows)
-            scores[name] = self._postings[vector].scores(query, gathered[vector])
+            on_vector.setdefault((using or {}).get(name, name), {})[name] = query
+        scores = {}
+        for vector, named in on_vector.items():
+            postings = self._postings[vector]
+            scores |= postings.scores(named, postings.gather(rows))
         return scores
 
     def strongest(self, name: str, query: SparseVector, keep: int = PREFETCH_TERMS) -> SparseVector:
@@ -185,6 +201,6 @@ class TermMirror:
     def _row_for(self, point: Hashable) -> int:
         row = self._rows.get(point)
         if row is None:
-            row = self._free.pop() if self._free else len(self._rows)
+            row = self._free.pop() if self._free else len(self._rows) + 1  # after NO_POINT
             self._rows[point] = row
         return row

@@ -26,11 +26,15 @@ def test_scores_equal_brute_force_after_churn():
     points = [*live, "never-stored"]
     documents = [term_vector(t) for t in live.values()]
     frequencies, n_documents = document_frequencies(documents)
-    for query in ("w1 w2 w3", "w59", "w7 w7 w8 nothing"):
-        got = mirror.scores({"lex": term_vector(query)}, points)["lex"]
+    queries = ("w1 w2 w3", "w59", "w7 w7 w8 nothing", "")
+    alone = {query: mirror.scores({"lex": term_vector(query)}, points)["lex"] for query in queries}
+    # Several queries against one stored vector are scored in one pass: each as it scores alone.
+    together = mirror.scores({q: term_vector(q) for q in queries}, points, using=dict.fromkeys(queries, "lex"))
+    for query in queries:
         expected = lexical_scores(term_vector(query), documents, frequencies, n_documents)
-        np.testing.assert_allclose(got[:-1], expected, rtol=1e-5, atol=1e-6)
-        assert got[-1] == 0
+        np.testing.assert_allclose(alone[query][:-1], expected, rtol=1e-5, atol=1e-6)
+        assert alone[query][-1] == 0
+        np.testing.assert_array_equal(together[query], alone[query])
 
 
 def test_the_candidate_query_keeps_its_strongest_terms():
