@@ -416,16 +416,16 @@ class Catalog:
             return []
         with span("rerank", candidates=len(found.listings)):
             candidates = self._stored(found.vectors)
-            lexical = (
-                None if terms is None else self._lexical(terms, candidates.present, found.points, self.rerank.scored)
-            )
+            # Beside the components the ranking reads, those shown only, for the shown rows alone where that is cheap.
+            scored = self.rerank.scored if self.store.lexical_in_process else None
+            lexical = None if terms is None else self._lexical(terms, candidates.present, found.points, scored)
             stats = self.stats() if self.rerank.needs_stats else None
             ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
         # the text it replaced (a second read of the payloads would allow that).
         best = scoring.top_k(ranked.scores, k, found.ids)
         shown = {name: values[best] for name, values in ranked.components.items()}
-        if terms is not None and self.lexical is not None and self._shown_only:
+        if scored is not None and terms is not None and self._shown_only:
             points = [found.points[i] for i in best]
             shown |= self._lexical(terms, candidates.present[best], points, self._shown_only)
         # The shown rows' components as one matrix, converted to floats in one call rather than value by value.

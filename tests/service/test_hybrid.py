@@ -119,3 +119,14 @@ def test_statistics_are_estimated_anew_after_the_catalog_grows(hybrid):
     assert hybrid.stats() is first
     hybrid.index(catalog_items(200, seed=1)[120:])
     assert hybrid.stats() is not first and set(first.mean) == set(FUSION_COMPONENTS)
+
+
+def test_components_shown_only_are_the_same_for_the_shown_rows_as_for_every_candidate(hybrid):
+    """The embedded store scores the components no ranking reads (lexical_title, lexical_description) for the shown
+    rows alone; a server store scores every candidate on everything in one call: the answers are the same."""
+    assert hybrid.store.lexical_in_process and hybrid._shown_only == {"lexical_title", "lexical_description"}
+    split = [hybrid.similar_to_item(query, k) for query in ("i3", "i10", "i41") for k in (3, 40)]
+    hybrid.store.lexical_in_process = False  # as a server store does
+    whole = [hybrid.similar_to_item(query, k) for query in ("i3", "i10", "i41") for k in (3, 40)]
+    assert split == whole
+    assert all(list(m.field_scores) == list(FUSION_COMPONENTS) for answer in split for m in answer)

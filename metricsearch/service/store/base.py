@@ -96,6 +96,11 @@ class Store(Protocol):
     that name a collection: a restore must work where no store opens (none yet, a damaged one, another bundle's)
     and must not create one, and the embedded store must not be held by the process restoring it."""
 
+    lexical_in_process: bool
+    """Whether `lexical_scores` is computed in this process (the embedded store's term mirror), where two calls cost
+    about what one does, so a search scores every candidate on the components its ranking reads and only the rows
+    it shows on the others; a server store's calls are round trips, so it scores everything in one."""
+
     @classmethod
     def from_settings(
         cls,

@@ -130,6 +130,8 @@ class EdgeStore:
     (snapshot commands); `auto_index_max`: with `indexed_fields`, learn up to this many more from filters and keep
     those learned before (auto_index.py; None: off, undeclared indexes are dropped)."""
 
+    lexical_in_process = True  # lexical_scores: the term mirror (store/terms.py)
+
     def __init__(
         self,
         path: Path,

@@ -120,6 +120,8 @@ class RemoteStore:
     `wait_for_server`, a server that does not answer yet is not an error: every call retries opening the collection
     (and raises StoreUnavailableError until it can)."""
 
+    lexical_in_process = False  # lexical_scores: a query to the server
+
     def __init__(
         self,
         client: QdrantClient,
