@@ -153,6 +153,11 @@ class Settings(BaseSettings):
     optimize_after_writes: int = Field(
         5000, ge=0, description="points written before the HNSW index is rebuilt in the background; 0 = never"
     )
+    indexing_threshold_kb: int = Field(
+        10_000,
+        gt=0,
+        description="KB of ANN vectors a segment holds unindexed before a build indexes it (brute force until)",
+    )
 
     # --- Qdrant cluster layout (used once, when the service creates its collection on a server)
     qdrant_shards: int | None = Field(

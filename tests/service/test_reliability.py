@@ -160,12 +160,12 @@ def test_acknowledged_writes_survive_kill_9_at_random_moments(tiny_bundle, tmp_p
     kill_repeatedly(tiny_bundle, tmp_path / "data", {}, 3, at_random)
 
 
-def preload(bundle_dir: Path, store_dir: Path, n: int) -> None:
+def preload(bundle_dir: Path, store_dir: Path, n: int, indexing_threshold_kb: int | None = None) -> None:
     """`n` items with random vectors written straight into an embedded store (no encoder: fast)."""
     bundle = load_bundle(bundle_dir)
     schema = vector_schema(bundle)
     rng = np.random.default_rng(0)
-    store = EdgeStore(store_dir, schema, optimize_after_writes=0)
+    store = EdgeStore(store_dir, schema, optimize_after_writes=0, indexing_threshold_kb=indexing_threshold_kb)
     try:
         for start in range(0, n, 2000):
             vectors = rng.normal(size=(min(2000, n - start), schema.sizes[ANN_VECTOR])).astype(np.float32)
@@ -184,10 +184,11 @@ def test_acknowledged_writes_survive_kill_9_during_hnsw_builds(tiny_bundle, tmp_
     """Kills land while a background HNSW build copies and optimises the shard (in a child process), and, in the
     last round, just after the child finished: while the service loads the copy, replays and swaps it in."""
     store_dir = tmp_path / "data" / "items"
-    # Enough unindexed points for the engine to index (its threshold: about 10 MB of the ANN vector), so that a
-    # few writes (MS_OPTIMIZE_AFTER_WRITES) start a build.
-    preloaded = 10_000 * 1024 // (4 * vector_schema(load_bundle(tiny_bundle)).sizes[ANN_VECTOR]) + 1000
-    preload(tiny_bundle, store_dir, preloaded)
+    # Enough unindexed points for the engine to index (above MS_INDEXING_THRESHOLD_KB of the ANN vector, lowered
+    # from its 10 MB to build in a fifth of the time), so that a few writes (MS_OPTIMIZE_AFTER_WRITES) start a build.
+    threshold_kb = 2_000
+    preloaded = threshold_kb * 1024 // (4 * vector_schema(load_bundle(tiny_bundle)).sizes[ANN_VECTOR]) + 1000
+    preload(tiny_bundle, store_dir, preloaded, threshold_kb)
     rng = random.Random(10)
     rounds = 4
 
@@ -213,7 +214,12 @@ def test_acknowledged_writes_survive_kill_9_during_hnsw_builds(tiny_bundle, tmp_
         return "swapped" if len(list(store_dir.glob("shard-*"))) == 1 else "swapping"
 
     phases = kill_repeatedly(
-        tiny_bundle, tmp_path / "data", {"MS_OPTIMIZE_AFTER_WRITES": "40"}, rounds, during_build, preloaded
+        tiny_bundle,
+        tmp_path / "data",
+        {"MS_OPTIMIZE_AFTER_WRITES": "40", "MS_INDEXING_THRESHOLD_KB": str(threshold_kb)},
+        rounds,
+        during_build,
+        preloaded,
     )
     assert phases[:-1].count("building") >= 2, phases
     assert phases[-1] in ("swapping", "swapped"), phases

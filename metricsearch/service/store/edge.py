@@ -123,7 +123,8 @@ class EdgeStore:
     """The Store on an embedded qdrant-edge shard.
 
     `optimize_after_writes`: points written since the last build that start a background HNSW build (0 = never);
-    `indexing_threshold_kb`: the engine's indexing threshold, lowered in tests to get HNSW from a few points;
+    `indexing_threshold_kb`: the engine's indexing threshold (MS_INDEXING_THRESHOLD_KB), lowered in tests to get HNSW
+    from a few points;
     `sync_writes`: fsync before a write returns. Without it a returned write is in the WAL (an mmap), which
     survives a crash of this process but not of the machine (QDRANT_EDGE.md); `indexed_fields`: the metadata keys
     to keep payload indexes on, {key: type} (payload.sync_indexes), None to leave the store's indexes as they are
@@ -208,6 +209,7 @@ class EdgeStore:
             settings.data_dir / settings.collection,
             schema,
             optimize_after_writes=settings.optimize_after_writes,
+            indexing_threshold_kb=settings.indexing_threshold_kb,
             sync_writes=settings.sync_writes,
             indexed_fields=settings.indexed_fields,
             auto_index_max=settings.auto_index_max if settings.auto_index else None,
