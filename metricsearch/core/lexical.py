@@ -40,7 +40,8 @@ from metricsearch.core.bundle import Manifest
 _PIECES = re.compile(r"[^\W_]+")
 CACHED_TERMS = 1 << 16
 """Term ids kept, of terms up to CACHED_TERM_CHARS long: a catalog's vocabulary repeats from item to item, and a
-cached id costs a tenth of its hash. The length bound keeps the cache a few MB whatever texts a client sends."""
+cached id costs a seventh of its hash (0.26 vs 1.9 us). The length bound keeps the cache under 13 MB (measured, full
+of 32-character terms) whatever texts clients send."""
 CACHED_TERM_CHARS = 32
 
 
