@@ -45,6 +45,9 @@ class Reranker:
         self.weights = [f.weight for f in manifest.fields if f.weight > 0]
         self.lambdas = manifest.recobert_lambdas
         self.fusion = manifest.fusion.weights if manifest.fusion else None
+        self.scored = frozenset(name for name, w in (self.fusion or {}).items() if w > 0)
+        """The components a score reads beyond the metric's own: a fused bundle's weighted ones. The others are shown
+        only, so a service computes them for the rows it shows, not for every candidate."""
 
     @property
     def needs_stats(self) -> bool:
@@ -52,12 +55,6 @@ class Reranker:
         scores are z-normalised over the catalog (recobert.txt), not over candidates that depend on k and the filter.
         Estimated from `metric_scores`' components over a sample of stored items' pairs (service/catalog.py)."""
         return self.fusion is not None or self.metric == "recobert"
-
-    @property
-    def scored(self) -> frozenset[str]:
-        """The components a score reads beyond the metric's own: a fused bundle's weighted ones. The others are shown
-        only, so a service computes them for the rows it shows, not for every candidate."""
-        return frozenset(name for name, w in (self.fusion or {}).items() if w > 0)
 
     def __call__(
         self,
