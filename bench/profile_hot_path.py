@@ -40,10 +40,9 @@ from pathlib import Path
 import numpy as np
 
 from bench.report import write_section
-from bench.service_bench import ROOT, Client, percentile, synthetic_store, wine_items
-from metricsearch.core.bundle import load_bundle
+from bench.service_bench import ROOT, Client, percentile, reused_synthetic_store, wine_items
 from metricsearch.encoder import Encoder
-from metricsearch.service import ServiceProcess, Settings, open_store, vector_schema
+from metricsearch.service import ServiceProcess
 
 DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
 PY_SPY = Path(sys.executable).with_name("py-spy")
@@ -201,20 +200,6 @@ class Profile:
 
     def busy(self) -> int:
         return sum(n for c in self.stages.values() for s, n in c.items() if s != IDLE)
-
-
-def prepare_store(bundle: Path, n: int, store_dir: Path) -> list[str]:
-    """The synthetic store of n items (built once, reused while it holds n items); its item ids."""
-    schema = vector_schema(load_bundle(bundle))
-    if store_dir.exists():
-        store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), schema)
-        count = store.count()
-        store.close()
-        if count != n:
-            shutil.rmtree(store_dir)
-    if not store_dir.exists():
-        synthetic_store(bundle, n, store_dir)
-    return [f"s{i}" for i in range(n)]
 
 
 def drive(client: Client, bodies: list[dict], seconds: float) -> tuple[list[float], list[float]]:
@@ -381,7 +366,7 @@ def main() -> None:
     if not PY_SPY.exists():
         sys.exit(f"{PY_SPY} is missing: pip install 'py-spy>=0.4' (the dev extra)")
     store_dir = args.store_dir or ROOT / f"var/profile-{args.items}"
-    ids = prepare_store(args.bundle, args.items, store_dir)
+    ids = reused_synthetic_store(args.bundle, args.items, store_dir)
     texts = list(dict.fromkeys(i["title"] for i in wine_items(3 * args.max_requests)))
     cases = kinds(ids, texts, args.max_requests)
     env = {"MS_INTRA_OP_THREADS": "1", **SERVICE_ENV, **dict(e.partition("=")[::2] for e in args.env)}

@@ -31,23 +31,17 @@ from tqdm import tqdm
 
 from bench.data import ROOT, abt_buy
 from bench.report import write_section
-from bench.service_bench import synthetic_batches
+from bench.service_bench import synthetic_store
 from metricsearch.core import diversity
 from metricsearch.core.augment import title_variant
-from metricsearch.core.bundle import load_bundle
 from metricsearch.core.ranking import ranking_metrics
 from metricsearch.core.records import Item
 from metricsearch.core.rerank import FieldVectors
 from metricsearch.core.schemas import SimilarRequest
 from metricsearch.service import (
-    ANN_VECTOR,
     ServiceProcess,
     Settings,
-    StoredItem,
     build_runtime,
-    content_hash,
-    open_store,
-    vector_schema,
 )
 
 BRANDS = 500
@@ -55,33 +49,10 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 DIVERSITIES = (0.0, 0.3, 0.7)
 
 
-def synthetic_store(bundle: Path, n: int, data_dir: Path) -> list[str]:
-    """n synthetic items (bench.service_bench's low-rank vectors) with a brand, a popularity and a release date."""
-    store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(load_bundle(bundle)))
-    ids = [f"s{i}" for i in range(n)]
-    for start, packed in tqdm(synthetic_batches(bundle, n), total=-(-n // 2000), desc=f"synthetic {n}"):
-        batch = []
-        for j in range(len(packed)):
-            i = start + j
-            released = (EPOCH - timedelta(days=i % 730)).date().isoformat()
-            metadata = {"brand": f"b{i % BRANDS}", "popularity": i % 1000, "released": released}
-            batch.append(
-                StoredItem(
-                    id=ids[i],
-                    title=f"synthetic item {i}",
-                    description="synthetic",
-                    metadata=metadata,
-                    content_hash=content_hash(ids[i], ""),
-                    vectors={ANN_VECTOR: packed[j]},
-                )
-            )
-        store.upsert(batch)
-    store.optimize_now()
-    store.wait_for_maintenance()
-    if not store.has_hnsw:
-        raise RuntimeError(f"no HNSW index was built for {n} synthetic items")
-    store.close()
-    return ids
+def metadata(i: int) -> dict:
+    """Synthetic item i's brand, popularity and release date."""
+    released = (EPOCH - timedelta(days=i % 730)).date().isoformat()
+    return {"brand": f"b{i % BRANDS}", "popularity": i % 1000, "released": released}
 
 
 def kinds(ids: list[str], rng: np.random.Generator) -> dict[str, Callable[[], tuple[str, dict]]]:
@@ -136,7 +107,7 @@ def kinds(ids: list[str], rng: np.random.Generator) -> dict[str, Callable[[], tu
 
 def bench_latency(bundle: Path, n: int, requests: int, workdir: Path) -> tuple[list[str], float]:
     started = time.perf_counter()
-    ids = synthetic_store(bundle, n, workdir / "synthetic")
+    ids = synthetic_store(bundle, n, workdir / "synthetic", metadata=metadata)
     build_s = time.perf_counter() - started
     service = ServiceProcess(bundle, workdir / "synthetic", {"MS_OPTIMIZE_AFTER_WRITES": "0"})
     service.start(timeout_s=300)

@@ -17,9 +17,11 @@ import csv
 import http.client
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from bench.data import DATA
 from bench.report import write_section
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
+from metricsearch.core.lexical import WHOLE_TEXT, lexical_fields
 from metricsearch.encoder import Encoder
 from metricsearch.service import (
     ANN_VECTOR,
@@ -164,30 +167,58 @@ def synthetic_batches(bundle: Path, n: int, seed: int = 0, batch: int = 2000):
         yield start, scoring.pack((topics + noise) @ basis, weights)
 
 
-def synthetic_store(bundle: Path, n: int, data_dir: Path, seed: int = 0) -> list[str]:
-    """n synthetic items (synthetic_batches) in an embedded store at data_dir, HNSW-indexed."""
-    store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(load_bundle(bundle)))
+def synthetic_store(
+    bundle: Path, n: int, data_dir: Path, seed: int = 0, metadata: Callable[[int], dict] = lambda i: {"bucket": i % 10}
+) -> list[str]:
+    """n synthetic items (synthetic_batches) in an embedded store at data_dir, HNSW-indexed, each stored as /index
+    stores it (with its lexical vectors where the bundle has them): title "synthetic item <n>", description
+    "synthetic", so two words every item holds and a number none shares."""
+    loaded = load_bundle(bundle)
+    lexical = lexical_fields(loaded.manifest)
+    store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(loaded))
     ids = [f"s{i}" for i in range(n)]
     for start, packed in tqdm(synthetic_batches(bundle, n, seed), total=-(-n // 2000), desc=f"synthetic {n}"):
-        store.upsert(
-            [
+        batch = []
+        for j, vector in enumerate(packed):
+            title, description = f"synthetic item {start + j}", "synthetic"
+            batch.append(
                 StoredItem(
                     id=ids[start + j],
-                    title=f"synthetic item {start + j}",
-                    description="synthetic",
-                    metadata={"bucket": int((start + j) % 10)},
-                    content_hash=content_hash(ids[start + j], ""),
-                    vectors={ANN_VECTOR: packed[j]},
+                    title=title,
+                    description=description,
+                    metadata=metadata(start + j),
+                    content_hash=content_hash(title, description),
+                    vectors={ANN_VECTOR: vector},
+                    sparse=lexical.documents(title, description) if lexical else {},
                 )
-                for j in range(len(packed))
-            ]
-        )
+            )
+        store.upsert(batch)
     store.optimize_now()  # bulk load done: build HNSW now, in its child process
     store.wait_for_maintenance()
     if not store.has_hnsw:
         raise RuntimeError(f"no HNSW index was built for {n} synthetic items")
     store.close()
     return ids
+
+
+def reused_synthetic_store(bundle: Path, n: int, store_dir: Path) -> list[str]:
+    """synthetic_store's items at store_dir, built once and reused while it holds them as this code writes them
+    (n items, with the lexical vectors the bundle asks for); their ids."""
+    loaded = load_bundle(bundle)
+    lexical = lexical_fields(loaded.manifest)
+    if store_dir.exists():
+        store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), vector_schema(loaded))
+        current = store.count() == n
+        if current and lexical:  # a store from before the benches wrote lexical vectors scores 0 on its own text
+            whole = lexical.names[WHOLE_TEXT]
+            query = {whole: lexical.documents("synthetic item 0", "synthetic")[whole]}
+            current = bool(store.lexical_scores(query, store.points(["s0"]))[whole][0] > 0)
+        store.close()
+        if not current:
+            shutil.rmtree(store_dir)
+    if not store_dir.exists():
+        synthetic_store(bundle, n, store_dir)
+    return [f"s{i}" for i in range(n)]
 
 
 def timed_service(bundle: Path, data_dir: Path, env: dict[str, str], rows: dict[str, list[dict]]) -> dict:

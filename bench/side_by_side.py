@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from bench.data import DATA, abt_buy
 from bench.report import write_section
-from bench.service_bench import ROOT, synthetic_batches, synthetic_store, wine_items
+from bench.service_bench import ROOT, reused_synthetic_store, synthetic_batches, wine_items
 from bench.txtai_peer import TxtaiProcess, ensure_venv, txtai_version
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
@@ -165,20 +165,11 @@ def run_stack(name: str, url: str, cases: dict, seconds: float, workdir: Path, g
 def prepare_catalog(bundle: Path, n: int, store_dir: Path, vectors_path: Path) -> list[str]:
     """The embedded store (built once, reused while it holds n items) and the plain stack's vectors: each item's
     title vector from the same synthetic catalog (one 384-d vector per item, as a plain user would store)."""
-    schema = vector_schema(load_bundle(bundle))
-    if store_dir.exists():
-        store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), schema)
-        count = store.count()
-        store.close()
-        if count != n:
-            shutil.rmtree(store_dir)
-    if not store_dir.exists():
-        synthetic_store(bundle, n, store_dir)
+    ids = reused_synthetic_store(bundle, n, store_dir)
     dim = load_bundle(bundle).manifest.encoder.dim
     titles = np.concatenate([packed[:, :dim] for _, packed in synthetic_batches(bundle, n)])
     titles /= np.linalg.norm(titles, axis=1, keepdims=True)
-    ids = [f"s{i}" for i in range(n)]
-    store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), schema)
+    store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), vector_schema(load_bundle(bundle)))
     stored = store.get(["s0", ids[-1]], with_vectors=True)
     store.close()
     for row, item_id in ((0, "s0"), (n - 1, ids[-1])):  # the store holds this very catalog

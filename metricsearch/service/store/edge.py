@@ -358,11 +358,8 @@ class EdgeStore:
         dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
         with self._lock:
             # Each lexical query cut to its strongest terms by the term mirror's frequencies (store/terms.py).
-            sparse = [
-                _sparse_query(name, self._terms.strongest(name, query))
-                for name, query in (lexical or {}).items()
-                if len(query)
-            ]
+            cut = {name: self._terms.strongest(name, query, limit) for name, query in (lexical or {}).items()}
+            sparse = [_sparse_query(name, query) for name, query in cut.items() if len(query)]
             if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
                 stages = [Prefetch(limit=limit, query=q, filter=where) for q in (dense, *sparse)]
                 request = QueryRequest(

@@ -8,7 +8,7 @@ import pytest
 from qdrant_client import QdrantClient
 
 from metricsearch.core.lexical import code_vector, document_frequencies, lexical_scores, term_vector
-from metricsearch.service.store import EdgeStore, RemoteStore
+from metricsearch.service.store import EdgeStore, RemoteStore, terms
 from metricsearch.service.store.base import Equals, StoredItem, VectorSchema
 
 SCHEMA = VectorSchema(sizes={"ann": 8}, ann="ann", identity="lexical-test@1", sparse=("lex_title",))
@@ -159,9 +159,11 @@ CANDIDATE_SEARCHES = {
 
 @pytest.mark.parametrize("kind", ["edge", "remote-local"])
 @pytest.mark.parametrize("search", CANDIDATE_SEARCHES)
-def test_hybrid_candidates_equal_brute_force(tmp_path, kind, search):
+def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search):
     """The candidates are the union of the dense top `limit` and the lexical top `limit` (points sharing a term),
-    both among the points the filter and the exclusions leave (queries of at most PREFETCH_TERMS terms: uncut)."""
+    both among the points the filter and the exclusions leave (queries of at most PREFETCH_TERMS terms, none left out
+    for its frequency: uncut)."""
+    monkeypatch.setattr(terms, "PREFETCH_MAX_SHARE", 1.0)
     rng = np.random.default_rng(4)
     texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 9))) for _ in range(80)]
     catalog = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from metricsearch.core.lexical import document_frequencies, lexical_scores, term_vector
-from metricsearch.service.store.terms import TermMirror
+from metricsearch.service.store.terms import PREFETCH_MAX_SHARE, TermMirror
 
 
 def test_scores_equal_brute_force_after_churn():
@@ -40,12 +40,34 @@ def test_scores_equal_brute_force_after_churn():
 def test_the_candidate_query_keeps_its_strongest_terms():
     """A rare part number outweighs common words: it survives the cut, the commonest words do not."""
     mirror = TermMirror(["lex"])
-    common = "black new set pack with and"
-    texts = [f"{common} item{n}" for n in range(30)] + ["Sony PS-LX350H turntable"]
+    texts = [f"black new set item{n}" for n in range(100)] + ["Sony PS-LX350H turntable"] * 2
     mirror.put([f"p{n}" for n in range(len(texts))], [{"lex": term_vector(t)} for t in texts])
-    query = term_vector(f"{common} Sony PS-LX350H turntable")
-    kept = mirror.strongest("lex", query, keep=4)
-    rare = set(term_vector("Sony PS-LX350H turntable").indices.tolist())  # 5 terms, each in one document
-    assert len(kept) == 4 and set(kept.indices.tolist()) <= rare
-    short = term_vector("two words")
-    assert mirror.strongest("lex", short, keep=4) is short
+    query = term_vector("black new set item7 Sony PS-LX350H turntable")
+    kept = mirror.strongest("lex", query, 1, keep=4)
+    # item7 (in one document of 102) is rarer than the five terms of the two turntables (in 2 each)
+    assert set(kept.indices.tolist()) - set(term_vector("item7").indices.tolist()) < set(
+        term_vector("Sony PS-LX350H turntable").indices.tolist()
+    )
+    assert len(kept) == 4 and term_vector("item7").indices[0] in kept.indices
+    short = term_vector("item3 turntable")
+    assert mirror.strongest("lex", short, 1, keep=4) is short
+
+
+def test_the_candidate_query_leaves_out_terms_no_document_or_too_many_hold():
+    """A term every item holds would make the engine read every posting for nothing a rerank needs from the
+    candidate search; a term no document holds finds nothing. Both are left out, whatever `keep` allows; a query of
+    only such terms is left empty (the search is then dense alone). The search's limit here: 1 point."""
+    mirror = TermMirror(["lex"])
+    documents = 200
+    texts = [f"synthetic item n{n}" + (" rare" if n < PREFETCH_MAX_SHARE * documents else "") for n in range(documents)]
+    mirror.put([f"p{n}" for n in range(documents)], [{"lex": term_vector(t)} for t in texts])
+    query = term_vector("synthetic item n5 rare unseen")
+    kept = mirror.strongest("lex", query, 1, keep=8)
+    assert set(kept.indices.tolist()) == set(term_vector("n5 rare").indices.tolist())
+    np.testing.assert_array_equal(kept.values, query.values[np.isin(query.indices, kept.indices)])
+    assert len(mirror.strongest("lex", term_vector("synthetic item unseen"), 1)) == 0
+    mirror.put(["p199"], [{"lex": term_vector("synthetic item n199 rare")}])  # one document more than the share
+    assert set(mirror.strongest("lex", query, 1, keep=8).indices.tolist()) == set(term_vector("n5").indices.tolist())
+    # A search of as many points as hold a term reads no more postings than it returns: the term is kept.
+    common = term_vector("synthetic")
+    assert mirror.strongest("lex", common, documents) is common and not len(mirror.strongest("lex", common, 199))
