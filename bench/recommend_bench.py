@@ -74,7 +74,7 @@ def kinds(ids: list[str], rng: np.random.Generator) -> dict[str, Callable[[], tu
         ),
         "diversity 0.3": lambda: ("/similar", {"id": one(), "k": 10, "diversity": 0.3}),
         "group_by brand": lambda: ("/similar", {"id": one(), "k": 10, "group_by": "brand"}),
-        "plain by id, filter popularity >= 100 (unindexed payload)": lambda: (
+        "plain by id, filter popularity >= 100 (MS_AUTO_INDEX: indexed from the first one on)": lambda: (
             "/similar",
             {"id": one(), "k": 10, "filter": {"popularity": {"gte": 100}}},
         ),
