@@ -28,7 +28,7 @@ from bench.report import write_section
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
 from metricsearch.evaluation import read_task
-from metricsearch.export.quantize import catalog_texts, measure_agreement
+from metricsearch.export import catalog_texts, measure_agreement
 
 REDUCED = ("bf16", "int8")
 

@@ -2,13 +2,20 @@
 Needs the `train` extra (torch)."""
 
 from metricsearch.export.onnx_export import export_bundle, unsupported_structure
-from metricsearch.export.quantize import PRECISIONS, calibration_feeds, catalog_texts, neighbour_overlap
+from metricsearch.export.quantize import (
+    PRECISIONS,
+    calibration_feeds,
+    catalog_texts,
+    measure_agreement,
+    neighbour_overlap,
+)
 
 __all__ = [
     "PRECISIONS",
     "calibration_feeds",
     "catalog_texts",
     "export_bundle",
+    "measure_agreement",
     "neighbour_overlap",
     "unsupported_structure",
 ]
