@@ -22,7 +22,7 @@ import openvino
 
 from bench import calibration_catalog
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog, write_catalog_match
-from bench.encoder_bench import _cpuinfo, throughput, timed_batches
+from bench.encoder_bench import cpu_field, throughput, timed_batches
 from bench.hybrid import CLI, metrics, served
 from bench.report import write_section
 from metricsearch.core.bundle import load_bundle
@@ -77,9 +77,8 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
     texts = sum(len(b) for b in batches)
-    cpuinfo = _cpuinfo()
-    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "?")
-    present = set(next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), []))
+    cpu = cpu_field("model name") or "?"
+    present = set(cpu_field("flags").split())
     flags = ", ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in present) or "?"
     capabilities = ", ".join(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
     pairs = list(CATALOG_PAIRS)

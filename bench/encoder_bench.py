@@ -202,7 +202,7 @@ def report(results: dict, groups, batches, args, loads: tuple[float, float], sec
             f"{r['min_cosine']:.4f} | {r['overlap']:.3f} |"
         )
     words = np.mean([len(t.split()) for b in batches for t in b])
-    cpu = next((line.split(":", 1)[1].strip() for line in _cpuinfo() if line.startswith("model name")), "?")
+    cpu = cpu_field("model name") or "?"
     return "\n".join(
         [
             f"Machine: {platform.machine()}, {os.cpu_count()} cores ({cpu}; AVX512-BF16 and AVX512-VNNI, no AMX), "
@@ -221,11 +221,13 @@ def report(results: dict, groups, batches, args, loads: tuple[float, float], sec
     )
 
 
-def _cpuinfo() -> list[str]:
+def cpu_field(name: str) -> str:
+    """The first value of /proc/cpuinfo's field `name` ("model name", "flags"); empty where there is none."""
     try:
-        return Path("/proc/cpuinfo").read_text().splitlines()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return []
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == name), "")
 
 
 if __name__ == "__main__":

@@ -167,12 +167,16 @@ def synthetic_batches(bundle: Path, n: int, seed: int = 0, batch: int = 2000):
         yield start, scoring.pack((topics + noise) @ basis, weights)
 
 
+def synthetic_texts(i: int) -> tuple[str, str]:
+    """Synthetic item i's title and description: two words every item holds and a number none shares."""
+    return f"synthetic item {i}", "synthetic"
+
+
 def synthetic_store(
     bundle: Path, n: int, data_dir: Path, seed: int = 0, metadata: Callable[[int], dict] = lambda i: {"bucket": i % 10}
 ) -> list[str]:
     """n synthetic items (synthetic_batches) in an embedded store at data_dir, HNSW-indexed, each stored as /index
-    stores it (with its lexical vectors where the bundle has them): title "synthetic item <n>", description
-    "synthetic", so two words every item holds and a number none shares."""
+    stores it (with its lexical vectors where the bundle has them), with synthetic_texts."""
     loaded = load_bundle(bundle)
     lexical = lexical_fields(loaded.manifest)
     store = open_store(Settings(data_dir=data_dir, optimize_after_writes=0), vector_schema(loaded))
@@ -180,7 +184,7 @@ def synthetic_store(
     for start, packed in tqdm(synthetic_batches(bundle, n, seed), total=-(-n // 2000), desc=f"synthetic {n}"):
         batch = []
         for j, vector in enumerate(packed):
-            title, description = f"synthetic item {start + j}", "synthetic"
+            title, description = synthetic_texts(start + j)
             batch.append(
                 StoredItem(
                     id=ids[start + j],
@@ -211,7 +215,7 @@ def reused_synthetic_store(bundle: Path, n: int, store_dir: Path) -> list[str]:
         current = store.count() == n
         if current and lexical:  # a store from before the benches wrote lexical vectors scores 0 on its own text
             whole = lexical.names[WHOLE_TEXT]
-            query = {whole: lexical.documents("synthetic item 0", "synthetic")[whole]}
+            query = {whole: lexical.documents(*synthetic_texts(0))[whole]}
             current = bool(store.lexical_scores(query, store.points(["s0"]))[whole][0] > 0)
         store.close()
         if not current:

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from bench.data import DATA, abt_buy
 from bench.report import write_section
-from bench.service_bench import ROOT, reused_synthetic_store, synthetic_batches, wine_items
+from bench.service_bench import ROOT, reused_synthetic_store, synthetic_batches, synthetic_texts, wine_items
 from bench.txtai_peer import TxtaiProcess, ensure_venv, txtai_version
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
@@ -176,7 +176,7 @@ def prepare_catalog(bundle: Path, n: int, store_dir: Path, vectors_path: Path) -
         got = stored[item_id].vectors[ANN_VECTOR][:dim]
         assert np.allclose(got / np.linalg.norm(got), titles[row], atol=1e-4), f"{store_dir} holds another catalog"
     np.savez(
-        vectors_path, ids=np.array(ids), titles=np.array([f"synthetic item {i}" for i in range(n)]), vectors=titles
+        vectors_path, ids=np.array(ids), titles=np.array([synthetic_texts(i)[0] for i in range(n)]), vectors=titles
     )
     return ids
 
