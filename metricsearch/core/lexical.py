@@ -101,25 +101,33 @@ def _sparse(weights: dict[int, float]) -> SparseVector:
 
 def term_vector(text: str) -> SparseVector:
     """The text's terms weighted 1 + ln tf, L2-normalised: what a document stores and a query sends."""
-    return _weighted(analyze(text))
+    return _weighted(_ids(analyze(text)))
 
 
 def code_vector(text: str) -> SparseVector:
     """The text's term vector with only its code terms kept, their weights unchanged (normalised over all terms)."""
-    return _codes(analyze(text), term_vector(text))
+    terms = analyze(text)
+    return _codes(terms, _weighted(_ids(terms)))
 
 
-def _weighted(terms: list[str]) -> SparseVector:
-    counts = Counter(map(term_id, terms))
+def _ids(terms: list[str]) -> list[int]:
+    return list(map(term_id, terms))
+
+
+def _weighted(ids: list[int]) -> SparseVector:
+    """The vector of a text whose terms have these ids."""
+    counts = Counter(ids)
     weights = {i: 1.0 + math.log(tf) for i, tf in counts.items()}
     norm = math.sqrt(math.fsum(w * w for w in weights.values()))
     return _sparse({i: w / norm for i, w in weights.items()})
 
 
 def _codes(terms: list[str], vector: SparseVector) -> SparseVector:
-    """`vector` (the term vector of `terms`) with only the code terms kept."""
-    codes = {term_id(t) for t in terms if is_code(t)}
-    kept = np.fromiter((int(i) in codes for i in vector.indices), dtype=bool, count=len(vector))
+    """`vector` (the term vector of `terms`) with only the code terms kept; each distinct term is looked at once."""
+    codes = {term_id(t) for t in set(terms) if is_code(t)}
+    if not codes:
+        return SparseVector.empty()
+    kept = np.fromiter((i in codes for i in vector.indices.tolist()), dtype=bool, count=len(vector))
     return SparseVector(vector.indices[kept], vector.values[kept])
 
 
@@ -175,11 +183,14 @@ class LexicalFields:
         self.components = [*self.names.values(), CODES]
         """Every lexical component a rerank shows, in order."""
 
-    def _terms(self, title: str | None, description: str | None) -> dict[str, list[str]]:
-        """Each field's terms; the whole text's are the title's then the description's, what analysing the two joined
-        by a newline gives (a newline composes, changes case and splits with nothing), for a third of the work."""
+    def _terms(self, title: str | None, description: str | None) -> tuple[dict[str, list[int]], list[str]]:
+        """Each field's term ids, and the whole text's terms; the whole text's are the title's then the
+        description's, what analysing the two joined by a newline gives (a newline composes, changes case and splits
+        with nothing), for a third of the work."""
         title_terms, description_terms = analyze(title or ""), analyze(description or "")
-        return {"title": title_terms, "description": description_terms, WHOLE_TEXT: title_terms + description_terms}
+        title_ids, description_ids = _ids(title_terms), _ids(description_terms)
+        ids = {"title": title_ids, "description": description_ids, WHOLE_TEXT: title_ids + description_ids}
+        return ids, title_terms + description_terms
 
     def present(self, fields: Sequence[str], present: np.ndarray) -> dict[str, np.ndarray]:
         """Per lexical vector, which items hold its field, from `present` (items x `fields`, the embedded fields):
@@ -192,21 +203,25 @@ class LexicalFields:
 
     def documents(self, title: str, description: str) -> dict[str, SparseVector]:
         """A field without a term gets an empty vector (a store keeps none)."""
-        terms = self._terms(title, description)
-        return {name: _weighted(terms[field]) for field, name in self.names.items()}
+        ids, _ = self._terms(title, description)
+        return {name: _weighted(ids[field]) for field, name in self.names.items()}
 
     def queries(
         self, title: str | None, description: str | None, free_text: str | None = None
     ) -> dict[str, SparseVector]:
         """A field the query has no term in gets no vector: its component is then unknown, not 0. Keyed by component
         (`using` names the stored vector a component is scored against)."""
-        terms = {WHOLE_TEXT: analyze(free_text)} if free_text is not None else self._terms(title, description)
-        whole = _weighted(terms[WHOLE_TEXT])
+        if free_text is not None:
+            terms = analyze(free_text)
+            ids = {WHOLE_TEXT: _ids(terms)}
+        else:
+            ids, terms = self._terms(title, description)
+        whole = _weighted(ids[WHOLE_TEXT])
         vectors = {  # a free text stands for every field
-            name: _weighted(terms[field]) if field != WHOLE_TEXT and field in terms else whole
+            name: _weighted(ids[field]) if field != WHOLE_TEXT and field in ids else whole
             for field, name in self.names.items()
         }
-        vectors[CODES] = _codes(terms[WHOLE_TEXT], whole)
+        vectors[CODES] = _codes(terms, whole)
         return {name: vector for name, vector in vectors.items() if len(vector)}
 
 

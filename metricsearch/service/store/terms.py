@@ -123,14 +123,19 @@ class _Postings:
     def scores(self, queries: Mapping[str, SparseVector], rows: _Gathered) -> dict[str, np.ndarray]:
         """sum_t idf_t q_t d_t of each gathered row, for every query at once: the rows' terms are looked up once
         among all the queries' terms (a whole text and its codes share most)."""
-        terms = np.unique(np.concatenate([query.indices for query in queries.values()]))
+        if len(queries) == 1:  # most calls: its ascending terms are the lookup table as they are
+            (query,) = queries.values()
+            terms = query.indices
+            weights = (query.values.astype(np.float64) * self.idf(terms))[:, None]
+        else:
+            terms = np.unique(np.concatenate([query.indices for query in queries.values()]))
+            term_idf = self.idf(terms)
+            weights = np.zeros((len(terms), len(queries)))
+            for column, query in enumerate(queries.values()):
+                at = np.searchsorted(terms, query.indices)
+                weights[at, column] = query.values.astype(np.float64) * term_idf[at]
         if not len(terms):
             return {name: np.zeros(rows.count) for name in queries}
-        term_idf = self.idf(terms)
-        weights = np.zeros((len(terms), len(queries)))
-        for column, query in enumerate(queries.values()):
-            at = np.searchsorted(terms, query.indices)
-            weights[at, column] = query.values.astype(np.float64) * term_idf[at]
         slot = np.minimum(np.searchsorted(terms, rows.terms), len(terms) - 1)
         hit = np.flatnonzero(terms[slot] == rows.terms)
         products = rows.values[hit, None] * weights[slot[hit]]
