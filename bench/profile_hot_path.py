@@ -41,8 +41,9 @@ import numpy as np
 
 from bench.report import write_section
 from bench.service_bench import ROOT, Client, percentile, reused_synthetic_store, wine_items
+from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
-from metricsearch.service import ServiceProcess
+from metricsearch.service import Catalog, ServiceProcess, Settings, open_store, vector_schema
 
 DEFAULT_BUNDLE = ROOT / "bundles/all-minilm-l6-v2"
 PY_SPY = Path(sys.executable).with_name("py-spy")
@@ -53,6 +54,8 @@ SERVICE_ENV = {
     "MS_ANSWER_CACHE_SIZE": "0",
     "MS_EMBEDDING_CACHE_SIZE": "0",
 }
+FLOOR_SAMPLE = 300
+"""Requests (and texts) each floor is the median of."""
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _TOKENIZE_LINE = next(
     start + n
@@ -304,6 +307,97 @@ def run_kinds(
     return results
 
 
+def http_floor(port: int) -> float:
+    """p50 ms of `GET /livez` (a route that does nothing) with the keep-alive client the kinds use."""
+    client = Client(port)
+    try:
+        latencies = []
+        for _ in range(50 + FLOOR_SAMPLE):
+            started = time.perf_counter()
+            client.get("/livez")
+            latencies.append((time.perf_counter() - started) * 1000)
+    finally:
+        client.close()
+    return percentile(latencies[50:], 50)
+
+
+def in_process_floors(bundle: Path, store_dir: Path, ids: list[str], texts: list[str]) -> dict[str, float]:
+    """p50 ms of what a request cannot skip, measured in this process on the service's store once the service
+    stopped (it owns the store): the dense ANN search alone (no lexical prefetch, rerank or listing) for k=10's and
+    k=100's candidates, each item excluded as by id, and one text encoded alone as a text query is."""
+    loaded = load_bundle(bundle)
+    settings = Settings(data_dir=store_dir, optimize_after_writes=0)
+    encoder = Encoder(loaded, intra_op_threads=1)
+    store = open_store(settings, vector_schema(loaded))
+    try:
+        catalog = Catalog(
+            loaded.manifest,
+            encoder,
+            store,
+            candidates_min=settings.candidates_min,
+            candidates_factor=settings.candidates_factor,
+        )
+        searches: dict[int, list[float]] = {10: [], 100: []}
+        for item_id in (ids[i] for i in np.random.default_rng(2).integers(0, len(ids), 50 + FLOOR_SAMPLE)):
+            query, _ = catalog.item_query(store.get([item_id], with_vectors=True)[item_id])
+            ann = catalog.ann_vector(query)
+            for k, times in searches.items():
+                started = time.perf_counter()
+                store.search(ann, catalog.candidate_limit(k), (), [item_id])
+                times.append((time.perf_counter() - started) * 1000)
+        encodes = []
+        for text in texts[: 50 + FLOOR_SAMPLE]:
+            started = time.perf_counter()
+            encoder.encode([text])
+            encodes.append((time.perf_counter() - started) * 1000)
+    finally:
+        store.close()
+    return {
+        "search10": percentile(searches[10][50:], 50),
+        "search100": percentile(searches[100][50:], 50),
+        "encode": percentile(encodes[50:], 50),
+        "candidates10": catalog.candidate_limit(10),
+        "candidates100": catalog.candidate_limit(100),
+    }
+
+
+def floor_lines(http: float, floors: dict[str, float], results: dict[str, Result]) -> list[str]:
+    """The floors, and each of issue 16's latency targets beside the floors its request cannot do without."""
+    by_id = results["by id, k=10"]
+    rows = [
+        ("by id, k=10", by_id.p50, http + floors["search10"], 2.5),
+        ("by id, k=100", results["by id, k=100"].p50, http + floors["search100"], 8.0),
+        (
+            "by text, k=10, every text new",
+            results["by text, k=10, every text new"].p50,
+            http + floors["encode"] + floors["search10"],
+            8.0,
+        ),
+    ]
+    return [
+        "",
+        "Floors: what no request of a kind can skip on this machine (p50 ms; the HTTP row with the service above, the "
+        f"others in this process on the same store after the service stopped; {FLOOR_SAMPLE} requests each):",
+        "",
+        "| part | p50 ms |",
+        "|---|---|",
+        f"| HTTP: `GET /livez` round trip (a route that does nothing), same client and service | {http:.2f} |",
+        f"| store: dense ANN search alone, {floors['candidates10']} candidates (k=10's), no lexical prefetch, rerank "
+        f"or listing | {floors['search10']:.2f} |",
+        f"| store: the same, {floors['candidates100']} candidates (k=100's) | {floors['search100']:.2f} |",
+        f"| encoder: one text alone (ONNX Runtime, 1 thread) | {floors['encode']:.2f} |",
+        "",
+        "| issue 16 target | p50 measured above (ms) | its floors together (ms) | target (ms) |",
+        "|---|---|---|---|",
+        *(f"| {name} | {p50:.2f} | {floor:.2f} | {target:g} |" for name, p50, floor, target in rows),
+        "",
+        "Throughput (>= 1,000 req/s by id with 8 connections): the engine holds the GIL during a query and the "
+        "embedded store is owned by one process (docs/operations.md), so requests are answered one at a time: "
+        f"1000 / the service's took_ms p50 by id ({by_id.took_p50:.2f} ms) = {1000 / by_id.took_p50:.0f} req/s at "
+        "most, before HTTP.",
+    ]
+
+
 def tables(results: dict[str, Result], rate: int) -> list[str]:
     """Per stage and kind: ms a request (the event loop's, then the encoder thread's) and share of busy samples."""
     names = list(results)
@@ -375,9 +469,11 @@ def main() -> None:
         service = ServiceProcess(args.bundle, store_dir, env)
         service.start(timeout_s=180)
         try:
+            http = http_floor(service.port)
             results = run_kinds(service, cases, args, Path(tmp))
         finally:
             service.stop()
+    floors = in_process_floors(args.bundle, store_dir, ids, texts)
     load_after = os.getloadavg()
 
     lines = [
@@ -403,6 +499,7 @@ def main() -> None:
         "than the unprofiled one, which is the figure to hold against the targets.",
         "",
         *tables(results, args.rate),
+        *floor_lines(http, floors, results),
     ]
     text = "\n".join(lines)
     print(text)

@@ -72,17 +72,23 @@ class Client:
         self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
 
     def post(self, path: str, body: dict) -> dict:
-        payload = orjson.dumps(body)
+        return orjson.loads(self._request("POST", path, orjson.dumps(body)))
+
+    def get(self, path: str) -> bytes:
+        return self._request("GET", path, None)
+
+    def _request(self, method: str, path: str, payload: bytes | None) -> bytes:
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
         try:
-            self._conn.request("POST", path, payload, {"Content-Type": "application/json"})
+            self._conn.request(method, path, payload, headers)
         except ConnectionError:  # the server closed an idle keep-alive connection: reconnect once
             self._conn.close()
-            self._conn.request("POST", path, payload, {"Content-Type": "application/json"})
+            self._conn.request(method, path, payload, headers)
         response = self._conn.getresponse()
         data = response.read()
         if response.status != 200:
-            raise RuntimeError(f"POST {path} answered {response.status}: {data[:300]!r}")
-        return orjson.loads(data)
+            raise RuntimeError(f"{method} {path} answered {response.status}: {data[:300]!r}")
+        return data
 
     def close(self) -> None:
         self._conn.close()
