@@ -22,7 +22,7 @@ import openvino
 
 from bench import calibration_catalog
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog, write_catalog_match
-from bench.encoder_bench import cpu_field, throughput, timed_batches
+from bench.encoder_bench import cpu_description, throughput, timed_batches
 from bench.hybrid import CLI, metrics, served
 from bench.report import write_section
 from metricsearch.core.bundle import load_bundle
@@ -77,9 +77,6 @@ def main() -> None:
         shutil.rmtree(workdir, ignore_errors=True)
 
     texts = sum(len(b) for b in batches)
-    cpu = cpu_field("model name") or "?"
-    present = set(cpu_field("flags").split())
-    flags = ", ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16") if f in present) or "?"
     capabilities = ", ".join(openvino.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
     pairs = list(CATALOG_PAIRS)
     header = (
@@ -116,7 +113,7 @@ def main() -> None:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared; 1-min load average {load:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end), CPython {platform.python_version()}; model: all-MiniLM-L6-v2 "
         f"(packaged); whole run {(time.perf_counter() - started) / 60:.0f} min.",
-        f"CPU: {cpu}; instruction sets: {flags}; OpenVINO CPU capabilities: {capabilities}.",
+        f"CPU: {cpu_description()}; OpenVINO CPU capabilities: {capabilities}.",
         "Command: `.venv/bin/python -m bench.default_precision` (one run).",
         "",
         "Exports: `metricsearch export --precision P --catalog LISTINGS`: 400 generic listings "

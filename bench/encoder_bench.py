@@ -202,10 +202,9 @@ def report(results: dict, groups, batches, args, loads: tuple[float, float], sec
             f"{r['min_cosine']:.4f} | {r['overlap']:.3f} |"
         )
     words = np.mean([len(t.split()) for b in batches for t in b])
-    cpu = cpu_field("model name") or "?"
     return "\n".join(
         [
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores ({cpu}; AVX512-BF16 and AVX512-VNNI, no AMX), "
+            f"Machine: {platform.machine()}, {os.cpu_count()} cores ({cpu_description()}), "
             f"CPython {platform.python_version()}, 1-min load average {loads[0]:.1f} at the start and "
             f"{loads[1]:.1f} at the end (other processes share the cores). Model: all-MiniLM-L6-v2 (packaged).",
             f"Command: `.venv/bin/python -m bench.encoder_bench --threads {args.threads} --batches {args.batches} "
@@ -219,6 +218,17 @@ def report(results: dict, groups, batches, args, loads: tuple[float, float], sec
             *lines,
         ]
     )
+
+
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
+"""The instruction sets reduced precision's speed depends on (docs/bundle.md, "Why the default bundle is fp32")."""
+
+
+def cpu_description() -> str:
+    """The CPU's model and which of SPEED_FLAGS it has, as /proc/cpuinfo says."""
+    present = set(cpu_field("flags").split())
+    flags = ", ".join(flag for flag in SPEED_FLAGS if flag in present) or "none of " + ", ".join(SPEED_FLAGS)
+    return f"{cpu_field('model name') or '?'}; instruction sets: {flags}"
 
 
 def cpu_field(name: str) -> str:
