@@ -323,8 +323,9 @@ def http_floor(port: int) -> float:
 
 def in_process_floors(bundle: Path, store_dir: Path, ids: list[str], texts: list[str]) -> dict[str, float]:
     """p50 ms of what a request cannot skip, measured in this process on the service's store once the service
-    stopped (it owns the store): the dense ANN search alone (no lexical prefetch, rerank or listing) for k=10's and
-    k=100's candidates, each item excluded as by id, and one text encoded alone as a text query is."""
+    stopped (it owns the store): the dense ANN search alone (engine query and candidate vectors; no lexical prefetch,
+    rerank or response) for k=10's and k=100's candidates, each item excluded as by id, and one text encoded alone as
+    a text query is."""
     loaded = load_bundle(bundle)
     settings = Settings(data_dir=store_dir, optimize_after_writes=0)
     encoder = Encoder(loaded, intra_op_threads=1)
@@ -382,8 +383,8 @@ def floor_lines(http: float, floors: dict[str, float], results: dict[str, Result
         "| part | p50 ms |",
         "|---|---|",
         f"| HTTP: `GET /livez` round trip (a route that does nothing), same client and service | {http:.2f} |",
-        f"| store: dense ANN search alone, {floors['candidates10']} candidates (k=10's), no lexical prefetch, rerank "
-        f"or listing | {floors['search10']:.2f} |",
+        f"| store: dense ANN search alone (the engine's query, the candidates' vectors read), {floors['candidates10']} "
+        f"candidates (k=10's), without the lexical prefetch, rerank or response | {floors['search10']:.2f} |",
         f"| store: the same, {floors['candidates100']} candidates (k=100's) | {floors['search100']:.2f} |",
         f"| encoder: one text alone (ONNX Runtime, 1 thread) | {floors['encode']:.2f} |",
         "",
