@@ -56,6 +56,8 @@ SERVICE_ENV = {
 }
 FLOOR_SAMPLE = 300
 """Requests (and texts) each floor is the median of."""
+FLOOR_WARMUP = 50
+"""Requests (and texts) before those, not counted."""
 _FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 _TOKENIZE_LINE = next(
     start + n
@@ -312,13 +314,13 @@ def http_floor(port: int) -> float:
     client = Client(port)
     try:
         latencies = []
-        for _ in range(50 + FLOOR_SAMPLE):
+        for _ in range(FLOOR_WARMUP + FLOOR_SAMPLE):
             started = time.perf_counter()
             client.get("/livez")
             latencies.append((time.perf_counter() - started) * 1000)
     finally:
         client.close()
-    return percentile(latencies[50:], 50)
+    return percentile(latencies[FLOOR_WARMUP:], 50)
 
 
 def in_process_floors(bundle: Path, store_dir: Path, ids: list[str], texts: list[str]) -> dict[str, float]:
@@ -339,7 +341,7 @@ def in_process_floors(bundle: Path, store_dir: Path, ids: list[str], texts: list
             candidates_factor=settings.candidates_factor,
         )
         searches: dict[int, list[float]] = {10: [], 100: []}
-        for item_id in (ids[i] for i in np.random.default_rng(2).integers(0, len(ids), 50 + FLOOR_SAMPLE)):
+        for item_id in (ids[i] for i in np.random.default_rng(2).integers(0, len(ids), FLOOR_WARMUP + FLOOR_SAMPLE)):
             query, _ = catalog.item_query(store.get([item_id], with_vectors=True)[item_id])
             ann = catalog.ann_vector(query)
             for k, times in searches.items():
@@ -347,16 +349,16 @@ def in_process_floors(bundle: Path, store_dir: Path, ids: list[str], texts: list
                 store.search(ann, catalog.candidate_limit(k), (), [item_id])
                 times.append((time.perf_counter() - started) * 1000)
         encodes = []
-        for text in texts[: 50 + FLOOR_SAMPLE]:
+        for text in texts[: FLOOR_WARMUP + FLOOR_SAMPLE]:
             started = time.perf_counter()
             encoder.encode([text])
             encodes.append((time.perf_counter() - started) * 1000)
     finally:
         store.close()
     return {
-        "search10": percentile(searches[10][50:], 50),
-        "search100": percentile(searches[100][50:], 50),
-        "encode": percentile(encodes[50:], 50),
+        "search10": percentile(searches[10][FLOOR_WARMUP:], 50),
+        "search100": percentile(searches[100][FLOOR_WARMUP:], 50),
+        "encode": percentile(encodes[FLOOR_WARMUP:], 50),
         "candidates10": catalog.candidate_limit(10),
         "candidates100": catalog.candidate_limit(100),
     }

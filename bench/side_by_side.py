@@ -166,10 +166,11 @@ def prepare_catalog(bundle: Path, n: int, store_dir: Path, vectors_path: Path) -
     """The embedded store (built once, reused while it holds n items) and the plain stack's vectors: each item's
     title vector from the same synthetic catalog (one 384-d vector per item, as a plain user would store)."""
     ids = reused_synthetic_store(bundle, n, store_dir)
-    dim = load_bundle(bundle).manifest.encoder.dim
+    loaded = load_bundle(bundle)
+    dim = loaded.manifest.encoder.dim
     titles = np.concatenate([packed[:, :dim] for _, packed in synthetic_batches(bundle, n)])
     titles /= np.linalg.norm(titles, axis=1, keepdims=True)
-    store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), vector_schema(load_bundle(bundle)))
+    store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), vector_schema(loaded))
     stored = store.get(["s0", ids[-1]], with_vectors=True)
     store.close()
     for row, item_id in ((0, "s0"), (n - 1, ids[-1])):  # the store holds this very catalog
