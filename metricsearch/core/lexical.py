@@ -94,11 +94,6 @@ def _hashed_term_id(term: str) -> int:
 _cached_term_id = lru_cache(maxsize=CACHED_TERMS)(_hashed_term_id)
 
 
-def _sparse(weights: dict[int, float]) -> SparseVector:
-    indices = np.fromiter(sorted(weights), dtype=np.uint32, count=len(weights))
-    return SparseVector(indices, np.array([weights[int(i)] for i in indices], dtype=np.float32))
-
-
 def term_vector(text: str) -> SparseVector:
     """The text's terms weighted 1 + ln tf, L2-normalised: what a document stores and a query sends."""
     return _weighted(_ids(analyze(text)))
@@ -117,9 +112,10 @@ def _ids(terms: list[str]) -> list[int]:
 def _weighted(ids: list[int]) -> SparseVector:
     """The vector of a text whose terms have these ids."""
     counts = Counter(ids)
-    weights = {i: 1.0 + math.log(tf) for i, tf in counts.items()}
-    norm = math.sqrt(math.fsum(w * w for w in weights.values()))
-    return _sparse({i: w / norm for i, w in weights.items()})
+    indices = sorted(counts)
+    weights = [1.0 + math.log(counts[i]) for i in indices]
+    norm = math.sqrt(math.fsum(w * w for w in weights))
+    return SparseVector(np.array(indices, dtype=np.uint32), np.array([w / norm for w in weights], dtype=np.float32))
 
 
 def _codes(terms: list[str], vector: SparseVector) -> SparseVector:
