@@ -1,5 +1,6 @@
 """The documented recipe, trained and tuned per catalog: `metricsearch train --bundle` (MetricBERT on the pair's own
-unlabelled catalog, then `tune` on it) on each catalog pair, next to the default bundle and TF-IDF in the same run.
+unlabelled catalog, then `tune` on it) on each catalog pair, next to TF-IDF, the lexical score alone, the
+off-the-shelf encoder and the default bundle, in the same run.
 Prints a table and rewrites EVALUATION.md's "Hybrid: trained" section.
 
     .venv/bin/python -m bench.hybrid_trained [--epochs 2] [--no-http]
@@ -25,7 +26,7 @@ from bench.data import CATALOG_PAIRS, ROOT, write_catalog, write_catalog_match
 from bench.hybrid import CLI, export_default, metrics, served
 from bench.report import write_section
 from metricsearch.core.bundle import load_bundle
-from metricsearch.evaluation import BundleScorer, TfidfScorer, read_task
+from metricsearch.evaluation import BundleScorer, LexicalScorer, TfidfScorer, read_task
 
 RECIPE = [
     "--objective", "metricbert", "--seed", "13", "--mlm-weight", "0", "--title-variants", "1", "--lr", "5e-5",
@@ -64,7 +65,10 @@ def main() -> None:
             notes.append(f"- {pair}: trained {minutes:.0f} min; fusion {fusion.chosen_by if fusion else 'none'}")
             scorers = {
                 "TF-IDF (title + description, scikit-learn)": TfidfScorer(),
+                "lexical score alone (whole text)": LexicalScorer(),
+                "all-MiniLM-L6-v2, per-field angular (1, 1), no lexical": BundleScorer(default, "metric-two"),
                 "default bundle, fused (in-process)": BundleScorer(default),
+                "recipe's encoder, per-field angular, no lexical (in-process)": BundleScorer(bundle, "metric-two"),
                 "recipe: train + tune on the pair's catalog, fused (in-process)": BundleScorer(bundle),
             }
             for label, scorer in scorers.items():
