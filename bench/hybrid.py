@@ -64,6 +64,14 @@ def export_default(bundle: Path) -> None:
     subprocess.run([*CLI, "export", "--bundle", str(bundle), "--overwrite"], check=True, capture_output=True)
 
 
+def given_or_default(bundle: Path | None, workdir: Path) -> Path:
+    """The bundle a bench was given, else the packaged model exported under workdir."""
+    if bundle is not None:
+        return bundle
+    export_default(workdir / "default")
+    return workdir / "default"
+
+
 def mrr_at(scores: np.ndarray, relevant: list[list[int]], k: int) -> float:
     """Mean reciprocal rank with a match past rank k counting 0 (ties pessimistic)."""
     ranks = np.array([pessimistic_rank(scores[i], r) for i, r in enumerate(relevant)])

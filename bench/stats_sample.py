@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog_match
-from bench.hybrid import export_default, metrics
+from bench.hybrid import given_or_default, metrics
 from bench.report import write_section
 from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats, fuse, stats_sample
 from metricsearch.evaluation import BundleScorer, EvalData, read_task
@@ -94,10 +94,7 @@ def main() -> None:
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="stats-sample-"))
     try:
-        bundle = args.bundle
-        if bundle is None:
-            bundle = workdir / "default"
-            export_default(bundle)
+        bundle = given_or_default(args.bundle, workdir)
         results = {pair: pair_rows(bundle, pair, args.sizes, args.draws, workdir) for pair in CATALOG_PAIRS}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from bench.data import CATALOG_PAIRS, ROOT
-from bench.hybrid import export_default, weights_text
+from bench.hybrid import given_or_default, weights_text
 from bench.report import write_section
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.fusion import DEFAULT_FUSION
@@ -103,10 +103,7 @@ def main() -> None:
     started = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="tune-signals-"))
     try:
-        bundle = args.bundle
-        if bundle is None:
-            bundle = workdir / "default"
-            export_default(bundle)
+        bundle = given_or_default(args.bundle, workdir)
         results = {pair: pair_rows(bundle, pair) for pair in CATALOG_PAIRS}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
