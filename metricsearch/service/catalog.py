@@ -330,15 +330,20 @@ class Catalog:
 
     def stats(self) -> ComponentStats:
         """The catalog's component statistics, estimated on a sample of stored items' pairs and estimated anew after
-        writes of STATS_REFRESH of the catalog."""
+        writes of STATS_REFRESH of the catalog. One request estimates them anew (about 0.2 s at 100k items); the
+        others meanwhile rank with the previous ones rather than wait for it."""
         current = self._stats
         if current is not None and self._writes_since_stats <= STATS_REFRESH * max(self._stats_items, 1):
             return current
-        with self._stats_lock:
+        if not self._stats_lock.acquire(blocking=current is None):
+            return current
+        try:
             if self._stats is current:  # not estimated anew by another thread meanwhile
                 self._writes_since_stats = 0
                 self._stats_items = self.store.count()
                 self._stats = self._estimate_stats()
+        finally:
+            self._stats_lock.release()
         return self._stats
 
     def _estimate_stats(self) -> ComponentStats:

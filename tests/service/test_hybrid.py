@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -119,6 +120,16 @@ def test_statistics_are_estimated_anew_after_the_catalog_grows(hybrid):
     assert hybrid.stats() is first
     hybrid.index(catalog_items(200, seed=1)[120:])
     assert hybrid.stats() is not first and set(first.mean) == set(FUSION_COMPONENTS)
+
+
+def test_requests_during_a_statistics_refresh_rank_with_the_previous_ones_rather_than_wait(hybrid):
+    first = hybrid.stats()
+    hybrid.index(catalog_items(200, seed=1)[120:])
+    with ThreadPoolExecutor(1) as pool:
+        with hybrid._stats_lock:  # another request is estimating them anew
+            during = pool.submit(hybrid.stats).result(timeout=10)
+        after = pool.submit(hybrid.stats).result(timeout=10)
+    assert during is first and after is not first
 
 
 def test_components_shown_only_are_the_same_for_the_shown_rows_as_for_every_candidate(hybrid):
