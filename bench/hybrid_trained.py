@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog, write_catalog_match
@@ -34,10 +35,11 @@ RECIPE = [
 ]  # fmt: skip
 
 
-def train_bundle(catalog: Path, out: Path, epochs: int) -> tuple[Path, float]:
-    """`metricsearch train --bundle` with the recipe on the catalog; the bundle and the minutes it took."""
+def train_bundle(catalog: Path, out: Path, epochs: int, options: Sequence[str] = ()) -> tuple[Path, float]:
+    """`metricsearch train --bundle` with the recipe (and `options` after it) on the catalog; the bundle and the
+    minutes it took."""
     started = time.perf_counter()
-    args = [*RECIPE, "--catalog", str(catalog), "--epochs", str(epochs), "--out", str(out / "run")]
+    args = [*RECIPE, *options, "--catalog", str(catalog), "--epochs", str(epochs), "--out", str(out / "run")]
     subprocess.run([*CLI, "train", *args, "--bundle", str(out / "bundle")], check=True)
     return out / "bundle", (time.perf_counter() - started) / 60
 
