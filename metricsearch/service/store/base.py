@@ -26,6 +26,14 @@ DELETE_PAGE = 1000
 """Points a delete by filter reads and removes per round: it bounds the memory and the write lock's hold."""
 
 
+def lexical_limit(limit: int) -> int:
+    """How many best matches each sparse prefetch of a search adds to its `limit` nearest: half as many, since fewer
+    candidates are the cheapest cut of a fused request. With it, the exact fused top 10 of 100k synthetic items is
+    still all found (BENCHMARKS.md, "Hybrid at scale") and both catalog pairs keep their served MRR (EVALUATION.md,
+    "Hybrid")."""
+    return max(1, limit // 2)
+
+
 @dataclass(frozen=True)
 class VectorSchema:
     """Named dense vectors of every point (cosine distance), which one the ANN search uses, and the named sparse
@@ -147,8 +155,8 @@ class Store(Protocol):
         lexical: Mapping[str, SparseVector] | None = None,
     ) -> SearchResult:
         """Nearest neighbours of `vector` on the schema's ANN vector, with all their dense vectors; with `lexical`
-        (sparse query vectors by name), the union of those and the `limit` best by each sparse vector, in one query,
-        so an item that only shares a part number with the query is a candidate too."""
+        (sparse query vectors by name), the union of those and the `lexical_limit(limit)` best by each sparse vector, in
+        one query, so an item that only shares a part number with the query is a candidate too."""
 
     def sample(self, n: int) -> list[StoredItem]:
         """Up to n items with their vectors, the same ones while the store does not change: the first by point id,

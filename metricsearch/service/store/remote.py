@@ -385,12 +385,13 @@ class RemoteStore:
         with self._serving():
             if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
                 stages = [qm.Prefetch(query=dense, using=self._schema.ann, filter=where, limit=limit)]
-                stages += [qm.Prefetch(query=q, using=name, filter=where, limit=limit) for name, q in sparse]
+                lexical_limit = base.lexical_limit(limit)
+                stages += [qm.Prefetch(query=q, using=name, filter=where, limit=lexical_limit) for name, q in sparse]
                 response = self._client.query_points(
                     self._collection,
                     prefetch=stages,
                     query=qm.FusionQuery(fusion=qm.Fusion.RRF),
-                    limit=limit * len(stages),
+                    limit=limit + lexical_limit * len(sparse),
                     **read,
                 )
             else:

@@ -9,7 +9,7 @@ from qdrant_client import QdrantClient
 
 from metricsearch.core.lexical import code_vector, document_frequencies, lexical_scores, term_vector
 from metricsearch.service.store import EdgeStore, RemoteStore, terms
-from metricsearch.service.store.base import Equals, StoredItem, VectorSchema
+from metricsearch.service.store.base import Equals, StoredItem, VectorSchema, lexical_limit
 
 SCHEMA = VectorSchema(sizes={"ann": 8}, ann="ann", identity="lexical-test@1", sparse=("lex_title",))
 TITLES = [
@@ -160,7 +160,8 @@ CANDIDATE_SEARCHES = {
 @pytest.mark.parametrize("kind", ["edge", "remote-local"])
 @pytest.mark.parametrize("search", CANDIDATE_SEARCHES)
 def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search):
-    """The candidates are the union of the dense top `limit` and the lexical top `limit` (points sharing a term),
+    """The candidates are the union of the dense top `limit` and the lexical top `lexical_limit(limit)` (points
+    sharing a term),
     both among the points the filter and the exclusions leave (queries of at most PREFETCH_TERMS terms, none left out
     for its frequency: uncut)."""
     monkeypatch.setattr(terms, "PREFETCH_MAX_SHARE", 1.0)
@@ -198,9 +199,11 @@ def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search
         lexical = lexical_scores(query, [term_vector(texts[n]) for n in kept], frequencies, documents)
         ranked = np.sort(lexical)[::-1]
         # a limit that cuts the lexical ranking between two different scores, so the answer is one set
-        limit = next(n for n in (6, 5, 7, 4, 8, 3) if ranked[n - 1] > max(ranked[n], 0))
+        limit = next(
+            n for n in (6, 7, 8, 5, 4, 9, 10) if ranked[lexical_limit(n) - 1] > max(ranked[lexical_limit(n)], 0)
+        )
         expected = {f"c{kept[i]}" for i in np.argsort(-cosine)[:limit]}
-        expected |= {f"c{kept[i]}" for i in np.argsort(-lexical)[:limit]}
+        expected |= {f"c{kept[i]}" for i in np.argsort(-lexical)[: lexical_limit(limit)]}
         found = store.search(vector, limit, conditions, exclude, lexical={"lex_title": query})
         assert set(found.ids) == expected and len(found.ids) == len(expected), q
     store.close()
