@@ -161,9 +161,8 @@ CANDIDATE_SEARCHES = {
 @pytest.mark.parametrize("search", CANDIDATE_SEARCHES)
 def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search):
     """The candidates are the union of the dense top `limit` and the lexical top `lexical_limit(limit)` (points
-    sharing a term),
-    both among the points the filter and the exclusions leave (queries of at most PREFETCH_TERMS terms, none left out
-    for its frequency: uncut)."""
+    sharing a term), both among the points the filter and the exclusions leave (queries of at most PREFETCH_TERMS
+    terms, none left out for its frequency: uncut)."""
     monkeypatch.setattr(terms, "PREFETCH_MAX_SHARE", 1.0)
     rng = np.random.default_rng(4)
     texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 9))) for _ in range(80)]
