@@ -199,7 +199,7 @@ def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search
         ranked = np.sort(lexical)[::-1]
         # a limit that cuts the lexical ranking between two different scores, so the answer is one set
         limit = next(
-            n for n in (6, 7, 8, 5, 4, 9, 10) if ranked[lexical_limit(n) - 1] > max(ranked[lexical_limit(n)], 0)
+            n for n in (8, 9, 12, 13, 4, 16, 20) if ranked[lexical_limit(n) - 1] > max(ranked[lexical_limit(n)], 0)
         )
         expected = {f"c{kept[i]}" for i in np.argsort(-cosine)[:limit]}
         expected |= {f"c{kept[i]}" for i in np.argsort(-lexical)[: lexical_limit(limit)]}
