@@ -17,6 +17,7 @@ import argparse
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -37,11 +38,20 @@ RECIPE = [
 
 def train_bundle(catalog: Path, out: Path, epochs: int, options: Sequence[str] = ()) -> tuple[Path, float]:
     """`metricsearch train --bundle` with the recipe (and `options` after it) on the catalog; the bundle and the
-    minutes it took."""
+    minutes it took. A SIGTERM meanwhile exits through `subprocess.run`, which kills the training on the way out
+    (left to itself, a killed bench leaves the training running for many minutes)."""
     started = time.perf_counter()
     args = [*RECIPE, *options, "--catalog", str(catalog), "--epochs", str(epochs), "--out", str(out / "run")]
-    subprocess.run([*CLI, "train", *args, "--bundle", str(out / "bundle")], check=True)
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        subprocess.run([*CLI, "train", *args, "--bundle", str(out / "bundle")], check=True)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return out / "bundle", (time.perf_counter() - started) / 60
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main() -> None:
