@@ -361,11 +361,10 @@ class EdgeStore:
             cut = {name: self._terms.strongest(name, query, limit) for name, query in (lexical or {}).items()}
             sparse = [_sparse_query(name, query) for name, query in cut.items() if len(query)]
             if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
-                lexical_limit = base.lexical_limit(limit)
                 stages = [Prefetch(limit=limit, query=dense, filter=where)]
-                stages += [Prefetch(limit=lexical_limit, query=q, filter=where) for q in sparse]
+                stages += [Prefetch(limit=base.lexical_limit(limit), query=q, filter=where) for q in sparse]
                 request = QueryRequest(
-                    limit=limit + lexical_limit * len(sparse),
+                    limit=sum(stage.limit for stage in stages),
                     prefetches=stages,
                     query=EdgeFusion.Rrf(k=60),
                     with_payload=False,

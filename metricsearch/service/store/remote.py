@@ -391,7 +391,7 @@ class RemoteStore:
                     self._collection,
                     prefetch=stages,
                     query=qm.FusionQuery(fusion=qm.Fusion.RRF),
-                    limit=limit + lexical_limit * len(sparse),
+                    limit=sum(stage.limit for stage in stages),
                     **read,
                 )
             else:
