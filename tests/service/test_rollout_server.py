@@ -57,8 +57,8 @@ def test_rollout_swaps_the_alias_without_a_failed_request(tiny_bundle, bundle_b,
                 # The plain collection waits for the requests that began on it; `items.next` already serves.
                 assert layout(qdrant) == ({"items", "items.r1"}, {"items.next": "items.r1"})
                 more_writes(writer)
-            assert writer.failed == [] and {status for status, _ in traffic.seen} == {200}
-            assert [model for _, model in traffic.seen][-1] == "tiny-bert-b"
+            assert writer.failed == [] and {answer.status for answer in traffic.seen} == {200}
+            assert traffic.seen[-1].model == "tiny-bert-b"
             for item_id, title in writer.acknowledged.items():
                 assert client.get_item(item_id).title == title
             assert client.get_item("during").title == "Written during the copy"
