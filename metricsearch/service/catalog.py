@@ -330,8 +330,9 @@ class Catalog:
 
     def stats(self) -> ComponentStats:
         """The catalog's component statistics, estimated on a sample of stored items' pairs and estimated anew after
-        writes of STATS_REFRESH of the catalog. One request estimates them anew (about 0.2 s at 100k items); the
-        others meanwhile rank with the previous ones rather than wait for it."""
+        writes of STATS_REFRESH of the catalog. The service estimates them at start-up (service/runtime.py); one request
+        estimates them anew (about 0.2 s at 100k items); the others meanwhile rank with the previous ones rather than
+        wait for it."""
         current = self._stats
         if current is not None and self._writes_since_stats <= STATS_REFRESH * max(self._stats_items, 1):
             return current

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -102,6 +103,7 @@ def open_runtime(settings: Settings, metrics: Metrics, rollout: Rollout) -> Runt
         candidates_factor=settings.candidates_factor,
         on_write=answers.bump,
     )
+    _estimate_stats(catalog)
     batcher = QueryBatcher(
         lambda texts: encoder.encode(texts, batch_size=len(texts)),
         window_s=settings.query_batch_window_ms / 1000,
@@ -123,6 +125,20 @@ def open_runtime(settings: Settings, metrics: Metrics, rollout: Rollout) -> Runt
         catalog, batcher, answers, settings.request_timeout_s, StoreCalls(threads, f"Qdrant at {settings.qdrant_url}")
     )
     return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers, search, rollout)
+
+
+def _estimate_stats(catalog: Catalog) -> None:
+    """A fused or RecoBERT rerank's catalog statistics, estimated before the first request rather than by it (about
+    0.2 s at 100k items). A store that does not answer yet leaves them to the first request."""
+    if not catalog.rerank.needs_stats:
+        return
+    started = time.perf_counter()
+    try:
+        stats = catalog.stats()
+    except (StoreUnavailableError, StoreMismatchError):
+        return
+    ms = round(1000 * (time.perf_counter() - started), 1)
+    log.info("component statistics estimated", extra={"pairs": stats.pairs, "ms": ms})
 
 
 def _item_count(store: Store) -> float:

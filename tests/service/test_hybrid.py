@@ -122,6 +122,18 @@ def test_statistics_are_estimated_anew_after_the_catalog_grows(hybrid):
     assert hybrid.stats() is not first and set(first.mean) == set(FUSION_COMPONENTS)
 
 
+def test_a_restarted_service_estimates_the_statistics_before_its_first_request(normalised, tmp_path):
+    normalised.store.close()
+    restarted = build_runtime(Settings(bundle_dir=tmp_path / "bundle", data_dir=tmp_path / "data", candidates_min=10))
+    try:
+        before_any_request = restarted.catalog._stats
+        assert before_any_request is not None and before_any_request.pairs == 120 * 119
+        restarted.catalog.similar_to_item("i3", 10)
+        assert restarted.catalog._stats is before_any_request
+    finally:
+        restarted.close()
+
+
 def test_requests_during_a_statistics_refresh_rank_with_the_previous_ones_rather_than_wait(hybrid):
     first = hybrid.stats()
     hybrid.index(catalog_items(200, seed=1)[120:])
