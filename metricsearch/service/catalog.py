@@ -20,7 +20,7 @@ import numpy as np
 
 from metricsearch.core import scoring, second_order
 from metricsearch.core.bundle import Bundle, Manifest
-from metricsearch.core.errors import InvalidInputError, NotFoundError
+from metricsearch.core.errors import InvalidInputError, NotFoundError, StoreMismatchError, StoreUnavailableError
 from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats
 from metricsearch.core.lexical import WHOLE_TEXT, SparseVector, lexical_fields
 from metricsearch.core.records import Item, Match
@@ -330,9 +330,9 @@ class Catalog:
 
     def stats(self) -> ComponentStats:
         """The catalog's component statistics, estimated on a sample of stored items' pairs and estimated anew after
-        writes of STATS_REFRESH of the catalog. The service estimates them at start-up (service/runtime.py); one request
-        estimates them anew (about 0.2 s at 100k items); the others meanwhile rank with the previous ones rather than
-        wait for it."""
+        writes of STATS_REFRESH of the catalog. The service estimates them at start-up and before a rollout's swap
+        (`warm_stats`); one request estimates them anew (about 0.2 s at 100k items); the others meanwhile rank with the
+        previous ones rather than wait for it."""
         current = self._stats
         if current is not None and self._writes_since_stats <= STATS_REFRESH * max(self._stats_items, 1):
             return current
@@ -346,6 +346,17 @@ class Catalog:
         finally:
             self._stats_lock.release()
         return self._stats
+
+    def warm_stats(self) -> ComponentStats | None:
+        """The statistics a fused or RecoBERT rerank needs, estimated now (at start-up, before a rollout's swap)
+        rather than by the next request; None for a rerank without them or a store that does not answer yet, which
+        leaves them to a request."""
+        if not self.rerank.needs_stats:
+            return None
+        try:
+            return self.stats()
+        except (StoreUnavailableError, StoreMismatchError):
+            return None
 
     def _estimate_stats(self) -> ComponentStats:
         sample = self.store.sample(STATS_SAMPLE)

@@ -409,6 +409,7 @@ class Rollout:
             if self._shadow is not shadow:
                 raise RolloutError("the rollout was aborted or swapped meanwhile")
             old = self.live
+            shadow.runtime.catalog.warm_stats()  # for the copied catalog now, not by the first request after the swap
             with old.catalog.writes.exclusive():
                 shadow.runtime.store.flush()
                 new = shadow.runtime.settings
