@@ -52,6 +52,17 @@ DEFAULT_MIN, DEFAULT_FACTOR = (Settings.model_fields[f].default for f in ("candi
 """The service's default candidate count (MS_CANDIDATES_MIN / _FACTOR): the recall measured is the served one."""
 
 
+def spelled(n: int) -> str:
+    """Word number n in letters ("wa", "wb", ..., "wba"): a word, where "w12" would be a model number to the
+    analyzer (core/lexical.is_code), making nearly every term a code; real catalogs hold about 2-3 codes an item."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    word = letters[n % 26]
+    while n >= 26:
+        n //= 26
+        word = letters[n % 26] + word
+    return "w" + word
+
+
 def synthetic_catalog(n: int, dim: int, seed: int = 0) -> tuple[list[dict], np.ndarray]:
     """n items in clusters of about CLUSTER: texts and (n, 2, dim) per-field unit vectors (title, description)."""
     rng = np.random.default_rng(seed)
@@ -66,11 +77,11 @@ def synthetic_catalog(n: int, dim: int, seed: int = 0) -> tuple[list[dict], np.n
     fields /= np.linalg.norm(fields, axis=2, keepdims=True)
 
     def words(count: int) -> list[str]:
-        return [f"w{w % VOCABULARY}" for w in rng.zipf(1.4, count)]
+        return [spelled(w % VOCABULARY) for w in rng.zipf(1.4, count)]
 
     items = []
     for i, c in enumerate(of):
-        shared = [f"w{w}" for w in own_words[c]]
+        shared = [spelled(w) for w in own_words[c]]
         part = f"PN-{c:05d}{rng.integers(0, 3)}" if rng.random() < 0.7 else ""
         title = " ".join([*shared[:3], *words(3), part]).strip()
         description = " ".join([*shared[3:], *words(14)])
