@@ -103,7 +103,7 @@ def open_runtime(settings: Settings, metrics: Metrics, rollout: Rollout) -> Runt
         candidates_factor=settings.candidates_factor,
         on_write=answers.bump,
     )
-    _estimate_stats(catalog)
+    _warm_stats(catalog)
     batcher = QueryBatcher(
         lambda texts: encoder.encode(texts, batch_size=len(texts)),
         window_s=settings.query_batch_window_ms / 1000,
@@ -127,7 +127,7 @@ def open_runtime(settings: Settings, metrics: Metrics, rollout: Rollout) -> Runt
     return Runtime(settings, bundle, encoder, store, catalog, batcher, metrics, answers, search, rollout)
 
 
-def _estimate_stats(catalog: Catalog) -> None:
+def _warm_stats(catalog: Catalog) -> None:
     """Before the first request rather than by it (about 0.2 s at 100k items)."""
     started = time.perf_counter()
     stats = catalog.warm_stats()
