@@ -158,7 +158,9 @@ class Store(Protocol):
     ) -> SearchResult:
         """Nearest neighbours of `vector` on the schema's ANN vector, with all their dense vectors; with `lexical`
         (sparse query vectors by name), the union of those and the `lexical_limit(limit)` best by each sparse vector, in
-        one query, so an item that only shares a part number with the query is a candidate too."""
+        one query, so an item that only shares a part number with the query is a candidate too. `exclude_ids` are
+        never returned; a store may drop them from a search for as many more hits rather than filter them out, which
+        can leave a union up to one hit more per excluded id and prefetch (the next nearest, the next best match)."""
 
     def sample(self, n: int) -> list[StoredItem]:
         """Up to n items with their vectors, the same ones while the store does not change: the first by point id,

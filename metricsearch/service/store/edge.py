@@ -104,6 +104,10 @@ logger = logging.getLogger(__name__)
 SIDECAR = "store.json"
 DEFAULT_INDEXING_THRESHOLD_KB = 10_000
 """The engine's default: below it (per vector name) optimize() builds no HNSW, so a build is not worth starting."""
+DROPPED_MAX = 16
+"""Up to this many excluded ids are dropped from a search's hits rather than filtered out by the engine: at 100k
+points a must_not has_id filter cost 0.3 ms of a 1.2 ms dense search (0.45 ms with a lexical prefetch), where a
+candidate more costs about 0.01 ms to read and rerank."""
 
 _FORMAT = 1
 _NO_GRAPH = HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
@@ -354,15 +358,20 @@ class EdgeStore:
         exclude_ids: Sequence[str] = (),
         lexical: Mapping[str, SparseVector] | None = None,
     ) -> SearchResult:
-        where = _filter(conditions, exclude_ids)
+        # A few excluded ids (a by-id query's own item) are dropped from the hits of a search that asks for as many
+        # more, not filtered out: a must_not filter costs the engine more than those few candidates do. The nearest
+        # are then cut back to `limit`; a union keeps the few more it may hold (base.Store.search).
+        dropped = set(self.points(exclude_ids)) if len(exclude_ids) <= DROPPED_MAX else set()
+        where = _filter(conditions, () if dropped else exclude_ids)
+        extra = len(dropped)
         dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
         with self._lock:
             # Each lexical query cut to its strongest terms by the term mirror's frequencies (store/terms.py).
             cut = {name: self._terms.strongest(name, query, limit) for name, query in (lexical or {}).items()}
             sparse = [_sparse_query(name, query) for name, query in cut.items() if len(query)]
             if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
-                stages = [Prefetch(limit=limit, query=dense, filter=where)]
-                stages += [Prefetch(limit=base.lexical_limit(limit), query=q, filter=where) for q in sparse]
+                stages = [Prefetch(limit=limit + extra, query=dense, filter=where)]
+                stages += [Prefetch(limit=base.lexical_limit(limit) + extra, query=q, filter=where) for q in sparse]
                 request = QueryRequest(
                     limit=sum(stage.limit for stage in stages),
                     prefetches=stages,
@@ -370,14 +379,17 @@ class EdgeStore:
                     with_payload=False,
                 )
             else:
-                request = QueryRequest(limit=limit, query=dense, filter=where, with_payload=False, with_vector=False)
-            hits = self._shard.query(request)
-            points = [hit.id.int for hit in hits]
+                request = QueryRequest(
+                    limit=limit + extra, query=dense, filter=where, with_payload=False, with_vector=False
+                )
+            hits = [(hit.id.int, hit.score) for hit in self._shard.query(request)]
+            hits = [(point, score) for point, score in hits if point not in dropped][: None if sparse else limit]
+            points = [point for point, _ in hits]
             listings, vectors = self._mirror.take(points)
         self.auto_index.saw(conditions)
         return SearchResult(
             listings=listings,
-            scores=np.fromiter((hit.score for hit in hits), dtype=np.float32, count=len(hits)),
+            scores=np.fromiter((score for _, score in hits), dtype=np.float32, count=len(hits)),
             vectors=vectors,
             points=points,
         )

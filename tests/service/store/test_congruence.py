@@ -15,6 +15,7 @@ from metricsearch.core.errors import InvalidInputError, StoreMismatchError, Stor
 from metricsearch.service.config import Settings
 from metricsearch.service.store import EdgeStore, RemoteStore, open_store
 from metricsearch.service.store.base import AnyOf, Equals, Range, SearchResult
+from metricsearch.service.store.edge import DROPPED_MAX
 from tests.service.store.conftest import SCHEMA, Reference, unit
 
 N_ITEMS = 60
@@ -46,6 +47,8 @@ SEARCHES = {
     "range-both": ((Range("price", gte=2.0, lte=6.5),), ()),
     "missing-key": ((Equals("absent", "x"),), ()),
     "exclude": ((), ("item-0", "item-1", "item-2", "item-5", "no-such-item")),
+    # more ids than the embedded store drops from its hits (DROPPED_MAX): filtered out by the engine instead
+    "exclude-many": ((), tuple(f"item-{i}" for i in range(0, 50, 2))),
     "combined": ((Equals("new", True), Range("price", gte=1.0), AnyOf("color", ("red", "green"))), ("item-14",)),
 }
 
@@ -92,6 +95,7 @@ def test_search_matches_brute_force(store, items, name):
 
 def test_scenarios_are_selective(items):
     """Guards the test data: each filter keeps some items and drops others, so a filter ignored fails a test."""
+    assert len(SEARCHES["exclude"][1]) <= DROPPED_MAX < len(SEARCHES["exclude-many"][1])
     reference = Reference()
     populate(reference, reference, items)
     for name, (conditions, exclude) in SEARCHES.items():

@@ -162,7 +162,8 @@ CANDIDATE_SEARCHES = {
 def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search):
     """The candidates are the union of the dense top `limit` and the lexical top `lexical_limit(limit)` (points
     sharing a term), both among the points the filter and the exclusions leave (queries of at most PREFETCH_TERMS
-    terms, none left out for its frequency: uncut)."""
+    terms, none left out for its frequency: uncut). The embedded store drops a few excluded ids from a search for as
+    many more hits: its union may then hold up to one more point per excluded id and prefetch, never an excluded one."""
     monkeypatch.setattr(terms, "PREFETCH_MAX_SHARE", 1.0)
     rng = np.random.default_rng(4)
     texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 9))) for _ in range(80)]
@@ -204,5 +205,10 @@ def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search
         expected = {f"c{kept[i]}" for i in np.argsort(-cosine)[:limit]}
         expected |= {f"c{kept[i]}" for i in np.argsort(-lexical)[: lexical_limit(limit)]}
         found = store.search(vector, limit, conditions, exclude, lexical={"lex_title": query})
-        assert set(found.ids) == expected and len(found.ids) == len(expected), q
+        assert len(found.ids) == len(set(found.ids)), q
+        if kind == "edge" and exclude:
+            assert expected <= set(found.ids) and not set(found.ids) & set(exclude), q
+            assert len(found.ids) <= len(expected) + 2 * len(exclude), q
+        else:
+            assert set(found.ids) == expected, q
     store.close()
