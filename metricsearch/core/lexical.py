@@ -29,7 +29,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -218,6 +218,16 @@ class LexicalFields:
             for field, name in self.names.items()
         }
         vectors[CODES] = _codes(terms, whole)
+        return {name: vector for name, vector in vectors.items() if len(vector)}
+
+    def item_queries(
+        self, title: str, description: str, documents: Mapping[str, SparseVector]
+    ) -> dict[str, SparseVector]:
+        """`queries` of a stored item from its `documents` as stored: a field's document is its query, so only the
+        codes are looked for in the texts (making the rest anew cost a fused by-id request 0.15 ms of 5 at 100k items)."""
+        whole = documents.get(self.names[WHOLE_TEXT], SparseVector.empty())
+        vectors = {name: documents[name] for name in self.names.values() if name in documents}
+        vectors[CODES] = _codes(analyze(title) + analyze(description), whole)
         return {name: vector for name, vector in vectors.items() if len(vector)}
 
 

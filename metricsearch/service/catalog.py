@@ -399,7 +399,11 @@ class Catalog:
         """A stored item (read with its vectors) as a query: its per-field vectors and its lexical vectors."""
         stored = self._stored({name: vector[None] for name, vector in found.vectors.items()})
         query = FieldVectors(stored.fields[0], stored.present[0], None if stored.factors is None else stored.factors[0])
-        return query, self.lexical.queries(found.title, found.description) if self.lexical else {}
+        if self.lexical is None:
+            return query, {}
+        if found.sparse:  # read back with it (the embedded store): its documents are its field queries
+            return query, self.lexical.item_queries(found.title, found.description, found.sparse)
+        return query, self.lexical.queries(found.title, found.description)
 
     def query_terms(self, text: str | None, title: str | None, description: str | None) -> dict[str, SparseVector]:
         """A text query's lexical vectors per field (none for a bundle without lexical vectors)."""

@@ -7,6 +7,7 @@ import math
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -162,3 +163,22 @@ def test_queries_carry_codes_only_when_there_are_some_and_score_them_on_the_whol
     assert CODES not in fields.queries("Sony turntable", "belt drive")
     assert set(fields.queries(None, None, free_text="eos 5d")) == {*fields.names.values(), CODES}
     assert CODES not in fields.queries(None, None, free_text="camera")
+
+
+@pytest.mark.parametrize(
+    ("title", "description"),
+    [
+        ("Sony PS-LX350H turntable", "Belt drive turntable, PS-LX350H, black"),
+        ("Canon EOS 5D", ""),
+        ("camera camera body", "no codes at all here"),
+        ("Ｆｕｌｌｗｉｄｔｈ KDL-40V5100 ＴＶ", "a 12345 part and a 12 digit"),
+    ],
+)
+def test_a_stored_items_queries_from_its_documents_equal_those_from_its_texts(title, description):
+    fields = LexicalFields(["title", "description"])
+    stored = {name: vector for name, vector in fields.documents(title, description).items() if len(vector)}
+    analysed, read_back = fields.queries(title, description), fields.item_queries(title, description, stored)
+    assert read_back.keys() == analysed.keys()
+    for name, vector in analysed.items():
+        assert read_back[name].indices.tolist() == vector.indices.tolist(), name
+        assert read_back[name].values.tolist() == vector.values.tolist(), name

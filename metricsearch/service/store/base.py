@@ -60,8 +60,9 @@ class StoredItem:
     vectors: dict[str, np.ndarray] = field(default_factory=dict)
     """1-D float32 arrays by vector name; empty when read without vectors. Cosine stores return them unit-norm."""
     sparse: dict[str, SparseVector] = field(default_factory=dict)
-    """Sparse vectors by name, written with the item (an empty or absent one is not stored); never read back: they
-    derive from the texts."""
+    """Sparse vectors by name, written with the item (an empty or absent one is not stored). Read back with the dense
+    vectors only by the embedded store, whose term mirror holds them; elsewhere empty when read: they derive from the
+    texts."""
 
 
 @dataclass(frozen=True)

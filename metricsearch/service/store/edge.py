@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -300,7 +301,13 @@ class EdgeStore:
             return {}
         with self._lock:
             records = self._shard.retrieve(point_ids, True, with_vectors)
-        items = (from_payload(r.payload, r.vector if with_vectors else None, self._schema.sizes) for r in records)
+            # With the vectors, the sparse ones as the term mirror holds them: an item's query (Catalog.item_query)
+            # then needs no analysis of its texts.
+            sparse = [self._terms.vectors(r.id.int) if with_vectors else {} for r in records]
+        items = (
+            replace(from_payload(r.payload, r.vector if with_vectors else None, self._schema.sizes), sparse=terms)
+            for r, terms in zip(records, sparse, strict=True)
+        )
         return {item.id: item for item in items}
 
     def delete(self, ids: Sequence[str]) -> int:

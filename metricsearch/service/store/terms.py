@@ -202,6 +202,19 @@ class TermMirror:
             scores |= postings.scores(named, postings.gather(rows))
         return scores
 
+    def vectors(self, point: Hashable) -> dict[str, SparseVector]:
+        """A point's stored sparse vectors by name, copied (none for an unknown point or a vector it lacks)."""
+        row = self._rows.get(point)
+        if row is None:
+            return {}
+        found = {}
+        for name, postings in self._postings.items():
+            start, length = int(postings.starts[row]), int(postings.lengths[row])
+            if length:
+                end = start + length
+                found[name] = SparseVector(postings.indices[start:end].copy(), postings.values[start:end].copy())
+        return found
+
     def strongest(self, name: str, query: SparseVector, limit: int, keep: int = PREFETCH_TERMS) -> SparseVector:
         """The query's `keep` terms of the largest q_t idf_t, for the engine's candidate search of `limit` points;
         left out: terms no document holds (they find nothing) and terms more than PREFETCH_MAX_SHARE of the documents

@@ -135,6 +135,31 @@ def test_scores_follow_replacements_deletions_and_a_reopen(tmp_path):
     reopened.close()
 
 
+def test_the_embedded_store_reads_an_items_sparse_vectors_back_with_its_dense_ones(tmp_path):
+    """What an item's query is made of (Catalog.item_query): the vectors written, also after a replacement and a
+    reopen; none for a title without terms, and none read without the vectors."""
+    store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
+    stored = items(np.random.default_rng(3))
+    store.upsert(stored)
+    store.upsert(
+        [StoredItem("i1", "Canon EOS-5D", "", {}, "x", stored[1].vectors, {"lex_title": term_vector("EOS-5D")})]
+    )
+    written = {item.id: item.sparse for item in stored} | {"i1": {"lex_title": term_vector("EOS-5D")}}
+    ids = list(written)
+    assert not any(item.sparse for item in store.get(ids).values())
+    for _ in range(2):
+        got = store.get(ids, with_vectors=True)
+        for item_id, sparse in written.items():
+            kept = {name: vector for name, vector in sparse.items() if len(vector)}
+            assert got[item_id].sparse.keys() == kept.keys(), item_id
+            for name, vector in kept.items():
+                assert got[item_id].sparse[name].indices.tolist() == vector.indices.tolist()
+                assert got[item_id].sparse[name].values.tolist() == vector.values.tolist()
+        store.close()
+        store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
+    store.close()
+
+
 def test_a_delete_by_filter_leaves_the_term_frequencies_of_what_is_left(tmp_path):
     store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
     store.upsert(items(np.random.default_rng(2)))
