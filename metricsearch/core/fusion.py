@@ -64,22 +64,35 @@ def stats_sample(ids: Sequence[str], n: int = STATS_SAMPLE) -> list[int]:
 
 def zscores(components: Mapping[str, np.ndarray], stats: ComponentStats) -> dict[str, np.ndarray]:
     """Each component's z-score; a missing description's take the title's."""
-    z = {
-        name: (np.asarray(values, dtype=np.float64) - stats.mean.get(name, 0.0)) / max(stats.std.get(name, 1.0), EPS)
-        for name, values in components.items()
-    }
-    for name, title in TITLE_OF.items():
-        if name in z and title in z:
-            z[name] = np.where(np.isnan(z[name]), z[title], z[name])
-    # Still unknown (a query without a single term): no evidence either way, an average pair's 0.
-    return {name: np.nan_to_num(values, nan=0.0) for name, values in z.items()}
+    names, z = _zscore_rows(components, stats)
+    return dict(zip(names, z, strict=True))
 
 
 def fuse(components: Mapping[str, np.ndarray], stats: ComponentStats, weights: Mapping[str, float]) -> np.ndarray:
     """sum_c w_c z_c over the weighted components: 0 is the catalog's average pair, each unit one standard
     deviation of a component; higher is more similar."""
-    z = zscores({name: components[name] for name, w in weights.items() if w > 0 and name in components}, stats)
-    total = np.zeros(np.shape(next(iter(components.values()))) if components else 0)
-    for name, values in z.items():
-        total += weights[name] * values
-    return total
+    names, z = _zscore_rows(
+        {name: components[name] for name, w in weights.items() if w > 0 and name in components}, stats
+    )
+    if not names:
+        return np.zeros(np.shape(next(iter(components.values()))) if components else 0)
+    return np.tensordot(np.array([weights[name] for name in names]), z, axes=1)
+
+
+def _zscore_rows(components: Mapping[str, np.ndarray], stats: ComponentStats) -> tuple[list[str], np.ndarray]:
+    """The components' names and their z-scores stacked, (components, *shape), in one numpy call per step rather
+    than one per component (0.08 ms of a 4.6 ms fused by-id request at 100k items)."""
+    names = list(components)
+    if not names:
+        return names, np.zeros(0)
+    z = np.array([components[name] for name in names], dtype=np.float64)
+    column = (len(names),) + (1,) * (z.ndim - 1)
+    mean = np.array([stats.mean.get(name, 0.0) for name in names]).reshape(column)
+    std = np.array([max(stats.std.get(name, 1.0), EPS) for name in names]).reshape(column)
+    z = (z - mean) / std
+    for name, title in TITLE_OF.items():
+        if name in components and title in components:
+            row, title_row = names.index(name), names.index(title)
+            z[row] = np.where(np.isnan(z[row]), z[title_row], z[row])
+    # Still unknown (a query without a single term): no evidence either way, an average pair's 0.
+    return names, np.nan_to_num(z, copy=False, nan=0.0)

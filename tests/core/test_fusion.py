@@ -35,3 +35,18 @@ def test_zero_weights_leave_a_component_out():
     components = {"title": np.array([1.0]), "lexical_title": np.array([np.nan])}
     scores = fuse(components, stats, {"title": 1.0, "lexical_title": 0})
     assert scores.tolist() == [1.0]
+
+
+def test_matrices_of_queries_by_candidates_fuse_as_each_row_does():
+    """What tuning and the evaluation pass: (queries, candidates) components, a missing description in places."""
+    rng = np.random.default_rng(1)
+    components = {name: rng.normal(size=(4, 6)) for name in ("title", "description", "lexical_text")}
+    components["description"][rng.random((4, 6)) < 0.3] = np.nan
+    stats = ComponentStats.estimate({name: rng.normal(size=200) for name in components})
+    weights = {"title": 2.0, "description": 1.0, "lexical_text": 0.5}
+    fused, z = fuse(components, stats, weights), zscores(components, stats)
+    for row in range(4):
+        one = {name: values[row] for name, values in components.items()}
+        np.testing.assert_allclose(fused[row], fuse(one, stats, weights))
+        for name, values in zscores(one, stats).items():
+            np.testing.assert_allclose(z[name][row], values)
