@@ -108,7 +108,7 @@ DEFAULT_INDEXING_THRESHOLD_KB = 10_000
 DROPPED_MAX = 16
 """Up to this many excluded ids are dropped from a search's hits rather than filtered out by the engine: at 100k
 points a must_not has_id filter cost 0.3 ms of a 1.2 ms dense search (0.45 ms with a lexical prefetch), where a
-candidate more costs about 0.01 ms to read and rerank."""
+candidate more costs about 0.03 ms to read and rerank (BENCHMARKS.md "Candidates: recall and cost")."""
 
 _FORMAT = 1
 _NO_GRAPH = HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
