@@ -33,7 +33,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -303,9 +302,9 @@ class EdgeStore:
             records = self._shard.retrieve(point_ids, True, with_vectors)
             # With the vectors, the sparse ones as the term mirror holds them: an item's query (Catalog.item_query)
             # then needs no analysis of its texts.
-            sparse = [self._terms.vectors(r.id.int) if with_vectors else {} for r in records]
+            sparse = [self._terms.vectors(r.id.int) for r in records] if with_vectors else [None] * len(records)
         items = (
-            replace(from_payload(r.payload, r.vector if with_vectors else None, self._schema.sizes), sparse=terms)
+            from_payload(r.payload, r.vector if with_vectors else None, self._schema.sizes, terms)
             for r, terms in zip(records, sparse, strict=True)
         )
         return {item.id: item for item in items}

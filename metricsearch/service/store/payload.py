@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError
+from metricsearch.core.lexical import SparseVector
 from metricsearch.service.store.base import Listing, SearchResult, StoredItem, VectorSchema
 
 logger = logging.getLogger(__name__)
@@ -54,10 +55,14 @@ def to_payload(item: StoredItem) -> dict[str, Any]:
 
 
 def from_payload(
-    payload: Mapping[str, Any], vectors: Mapping[str, Any] | None = None, sizes: Mapping[str, int] | None = None
+    payload: Mapping[str, Any],
+    vectors: Mapping[str, Any] | None = None,
+    sizes: Mapping[str, int] | None = None,
+    sparse: Mapping[str, SparseVector] | None = None,
 ) -> StoredItem:
     """The item of a point; `vectors` as the engine returned them, of which the dense ones named in `sizes` are kept
-    (sparse vectors are never read back)."""
+    (the engine's sparse vectors are never read back); `sparse`: the point's sparse vectors where a store holds them
+    in process (the embedded store's term mirror)."""
     dense = {name: v for name, v in (vectors or {}).items() if sizes is None or name in sizes}
     return StoredItem(
         id=payload["id"],
@@ -66,6 +71,7 @@ def from_payload(
         metadata=dict(payload.get("metadata") or {}),
         content_hash=payload["content_hash"],
         vectors={name: np.asarray(v, dtype=np.float32) for name, v in dense.items()},
+        sparse=dict(sparse or {}),
     )
 
 
