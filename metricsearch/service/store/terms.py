@@ -174,6 +174,8 @@ class TermMirror:
     def put(self, points: Sequence[Hashable], sparse: Sequence[Mapping[str, _Sparse]]) -> None:
         """Insert or replace each point's sparse vectors (by name; a name absent or empty: none); a point given twice
         keeps its last vectors."""
+        if not self._postings:  # a store without sparse vectors: no rows to keep (8 MB at 100k points)
+            return
         latest = dict(zip(points, sparse, strict=True))
         rows = [self._row_for(point) for point in latest]
         for name, postings in self._postings.items():

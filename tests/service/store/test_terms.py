@@ -71,3 +71,11 @@ def test_the_candidate_query_leaves_out_terms_no_document_or_too_many_hold():
     # A search of as many points as hold a term reads no more postings than it returns: the term is kept.
     common = term_vector("synthetic")
     assert mirror.strongest("lex", common, documents) is common and not len(mirror.strongest("lex", common, 199))
+
+
+def test_a_mirror_without_sparse_vectors_keeps_no_rows():
+    """A dense-only bundle's store: its points take no rows (a dict entry each, 8 MB at 100k points)."""
+    mirror = TermMirror([])
+    mirror.put(["p1", "p2"], [{}, {}])
+    mirror.remove(["p1"])
+    assert not mirror._rows and mirror.vectors("p2") == {}
