@@ -9,6 +9,7 @@ the ANN search uses, and the per-field factors (F x rank x dim, flattened) that 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,8 @@ from metricsearch.core.spans import span
 from metricsearch.encoder import Encoder
 from metricsearch.service.store.base import Condition, SearchResult, Store, StoredItem, VectorSchema
 from metricsearch.service.store.payload import same_metadata
+
+log = logging.getLogger(__name__)
 
 ANN_VECTOR = "ann"
 FACTORS_VECTOR = "factors"
@@ -132,6 +135,8 @@ class Catalog:
         self._stats_items = 0
         self._stats_lock = threading.Lock()
         self._writes_since_stats = 0
+        self._stats_refresh: threading.Thread | None = None
+        """The last background refresh (`stats`), which `wait_for_stats` waits for."""
         self._candidates_min = candidates_min
         self._candidates_factor = candidates_factor
         self._on_write = on_write
@@ -331,32 +336,61 @@ class Catalog:
     def stats(self) -> ComponentStats:
         """The catalog's component statistics, estimated on a sample of stored items' pairs and estimated anew after
         writes of STATS_REFRESH of the catalog. The service estimates them at start-up and before a rollout's swap
-        (`warm_stats`); one request estimates them anew (about 0.2 s at 100k items); the others meanwhile rank with the
-        previous ones rather than wait for it."""
+        (`warm_stats`); once stale, a background thread estimates them anew (about 0.2 s at 100k items) while every
+        request ranks with the previous ones. Only statistics of no pairs at all (none yet, or of an empty catalog:
+        a service started before its first `/index`) are estimated in the request that needs them."""
         current = self._stats
-        if current is not None and self._writes_since_stats <= STATS_REFRESH * max(self._stats_items, 1):
-            return current
-        if not self._stats_lock.acquire(blocking=current is None):
-            return current
-        try:
-            if self._stats is current:  # not estimated anew by another thread meanwhile
-                self._writes_since_stats = 0
-                self._stats_items = self.store.count()
-                self._stats = self._estimate_stats()
-        finally:
-            self._stats_lock.release()
-        return self._stats
+        if current is None or not current.pairs:
+            return self._estimate_now()
+        if self._stats_stale() and self._stats_lock.acquire(blocking=False):
+            self._stats_refresh = threading.Thread(target=self._refresh_stats, name="stats-refresh", daemon=True)
+            self._stats_refresh.start()
+        return current
 
     def warm_stats(self) -> ComponentStats | None:
-        """The statistics a fused or RecoBERT rerank needs, estimated now (at start-up, before a rollout's swap)
-        rather than by the next request; None for a rerank without them or a store that does not answer yet, which
-        leaves them to a request."""
+        """The statistics a fused or RecoBERT rerank needs, estimated now if missing or stale (at start-up, before a
+        rollout's swap) rather than after the next request; None for a rerank without them or a store that does not
+        answer yet, which leaves them to a request."""
         if not self.rerank.needs_stats:
             return None
         try:
-            return self.stats()
+            return self._estimate_now()
         except (StoreUnavailableError, StoreMismatchError):
             return None
+
+    def wait_for_stats(self, timeout: float = 10.0) -> None:
+        """Wait for a background refresh under way to end: before the store closes (a shutdown, a retired rollout)."""
+        if self._stats_refresh is not None:
+            self._stats_refresh.join(timeout)
+
+    def _stats_stale(self) -> bool:
+        return self._stats is None or self._writes_since_stats > STATS_REFRESH * max(self._stats_items, 1)
+
+    def _estimate_now(self) -> ComponentStats:
+        """Estimated in this thread unless fresh (waits for a refresh under way, then checks again)."""
+        with self._stats_lock:
+            if self._stats_stale():
+                self._renew_stats()
+            return self._stats
+
+    def _refresh_stats(self) -> None:
+        """The background refresh: runs with the lock `stats()` took for it. A failure (the store closed or out of
+        reach) leaves the previous statistics, and the next request past the threshold tries again."""
+        try:
+            self._renew_stats()
+            self._on_write()  # answers cached before now were ranked with the previous statistics
+        except Exception:
+            log.warning("component statistics not estimated anew; ranking with the previous ones", exc_info=True)
+        finally:
+            self._stats_lock.release()
+
+    def _renew_stats(self) -> None:
+        """Estimate with the lock held; writes that land meanwhile count towards the next refresh."""
+        writes = self._writes_since_stats
+        items = self.store.count()
+        self._stats = self._estimate_stats()
+        self._stats_items = items
+        self._writes_since_stats -= writes
 
     def _estimate_stats(self) -> ComponentStats:
         sample = self.store.sample(STATS_SAMPLE)

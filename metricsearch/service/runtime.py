@@ -54,6 +54,7 @@ class Runtime:
         return Recommender(self.catalog, self.settings.max_candidates)
 
     def close(self) -> None:
+        self.catalog.wait_for_stats()
         self.store.close()
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from metricsearch.core.bundle import FUSION_COMPONENTS
+from metricsearch.core.errors import StoreUnavailableError
 from metricsearch.core.fusion import DEFAULT_FUSION
 from metricsearch.core.records import Item
 from metricsearch.service.config import Settings
@@ -115,11 +116,46 @@ def test_ranking_does_not_depend_on_k_or_the_filter(normalised):
         assert [i for i in filtered if i in shop_a] == [i for i in shop_a if i in filtered]
 
 
-def test_statistics_are_estimated_anew_after_the_catalog_grows(hybrid):
+def test_statistics_are_estimated_anew_in_the_background_after_the_catalog_grows(hybrid):
     first = hybrid.stats()
-    assert hybrid.stats() is first
+    assert hybrid.stats() is first and hybrid._stats_refresh is None
+    retired = []
+    hybrid._on_write = lambda: retired.append("answers")  # what the runtime's answer cache is told
     hybrid.index(catalog_items(200, seed=1)[120:])
-    assert hybrid.stats() is not first and set(first.mean) == set(FUSION_COMPONENTS)
+    retired.clear()
+    assert hybrid.stats() is first  # the request that finds them stale does not wait for the estimate
+    hybrid.wait_for_stats()
+    renewed = hybrid.stats()
+    assert renewed is not first and renewed.pairs == 200 * 199 and set(renewed.mean) == set(FUSION_COMPONENTS)
+    assert retired == ["answers"]  # answers cached meanwhile were ranked with the previous statistics
+    assert hybrid.stats() is renewed
+
+
+def test_a_failed_refresh_keeps_the_previous_statistics_and_the_next_request_tries_again(hybrid, monkeypatch, caplog):
+    first = hybrid.stats()
+    hybrid.index(catalog_items(200, seed=1)[120:])
+    count = hybrid.store.count
+
+    def unreachable() -> int:
+        raise StoreUnavailableError("the store is out of reach")
+
+    monkeypatch.setattr(hybrid.store, "count", unreachable)
+    assert hybrid.stats() is first
+    hybrid.wait_for_stats()
+    assert hybrid._stats is first and "not estimated anew" in caplog.text
+    monkeypatch.setattr(hybrid.store, "count", count)
+    assert hybrid.stats() is first  # past the threshold still: this request starts another refresh
+    hybrid.wait_for_stats()
+    assert hybrid.stats() is not first
+
+
+def test_warming_estimates_stale_statistics_now(hybrid):
+    """Before a rollout's swap: the new catalog's statistics are made fresh, not left to a request."""
+    first = hybrid.stats()
+    hybrid.index(catalog_items(200, seed=1)[120:])
+    warmed = hybrid.warm_stats()
+    assert warmed is not first and warmed.pairs == 200 * 199 and hybrid.stats() is warmed
+    assert hybrid.warm_stats() is warmed
 
 
 def test_a_restarted_service_estimates_the_statistics_before_its_first_request(normalised, tmp_path):
@@ -134,14 +170,16 @@ def test_a_restarted_service_estimates_the_statistics_before_its_first_request(n
         restarted.close()
 
 
-def test_requests_during_a_statistics_refresh_rank_with_the_previous_ones_rather_than_wait(hybrid):
+def test_requests_during_a_statistics_refresh_rank_with_the_previous_ones_and_start_no_other(hybrid):
     first = hybrid.stats()
     hybrid.index(catalog_items(200, seed=1)[120:])
     with ThreadPoolExecutor(1) as pool:
-        with hybrid._stats_lock:  # another request is estimating them anew
-            during = pool.submit(hybrid.stats).result(timeout=10)
-        after = pool.submit(hybrid.stats).result(timeout=10)
-    assert during is first and after is not first
+        with hybrid._stats_lock:  # a refresh is under way
+            during = [pool.submit(hybrid.stats).result(timeout=10) for _ in range(3)]
+            assert hybrid._stats_refresh is None
+        pool.submit(hybrid.stats).result(timeout=10)
+    hybrid.wait_for_stats()
+    assert during == [first] * 3 and hybrid.stats() is not first
 
 
 def test_components_shown_only_are_the_same_for_the_shown_rows_as_for_every_candidate(hybrid):
