@@ -36,6 +36,7 @@ import orjson
 from tqdm import tqdm
 
 from bench.data import DATA, abt_buy
+from bench.encoder_bench import cpu_description
 from bench.report import write_section
 from bench.service_bench import ROOT, reused_synthetic_store, synthetic_batches, synthetic_texts, wine_items
 from bench.txtai_peer import TxtaiProcess, ensure_venv, txtai_version
@@ -519,8 +520,8 @@ def report(
     version = txtai_version()
     txtai_stack = f"txtai {version} (Buy catalog)"
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work (1-min load average "
-        f"{load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); "
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({cpu_description()}) shared with other work (1-min "
+        f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); "
         f"CPython {platform.python_version()}; "
         f"bundle `{args.bundle.name}`; {args.items:,} synthetic items (bench/service_bench.py catalog); "
         f"whole run {minutes:.1f} min (txtai's venv: {venv_s:.0f} s to build or check, before the run).",
