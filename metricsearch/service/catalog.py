@@ -135,6 +135,8 @@ class Catalog:
         self._stats_items = 0
         self._stats_lock = threading.Lock()
         self._writes_since_stats = 0
+        self._writes_lock = threading.Lock()
+        """Orders writer threads' counts with the refresh's subtraction (`+=` is not atomic across threads)."""
         self._stats_refresh: threading.Thread | None = None
         """The last background refresh (`stats`), which `wait_for_stats` waits for."""
         self._candidates_min = candidates_min
@@ -248,7 +250,8 @@ class Catalog:
         )
 
     def _written(self, n: int) -> None:
-        self._writes_since_stats += n
+        with self._writes_lock:
+            self._writes_since_stats += n
         self._on_write()
 
     def delete(self, item_id: str) -> None:
@@ -390,7 +393,8 @@ class Catalog:
         items = self.store.count()
         self._stats = self._estimate_stats()
         self._stats_items = items
-        self._writes_since_stats -= writes
+        with self._writes_lock:
+            self._writes_since_stats -= writes
 
     def _estimate_stats(self) -> ComponentStats:
         sample = self.store.sample(STATS_SAMPLE)
