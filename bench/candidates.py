@@ -34,7 +34,7 @@ from bench.hybrid_scale import (
     served_recall,
     synthetic_catalog,
 )
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.records import Item
 from metricsearch.encoder import Encoder
@@ -121,7 +121,7 @@ def main() -> None:
         gold = gold_measure(args.bundle, Path(tmp))
 
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared; 1-min load average {load_before:.1f} at the "
+        f"Machine: {machine()} (shared; 1-min load average {load_before:.1f} at the "
         f"start, {os.getloadavg()[0]:.1f} at the end), CPython {platform.python_version()}; bundle "
         f"`{args.bundle.name}`; embedded store (qdrant-edge, HNSW built); whole run "
         f"{(time.time() - started) / 60:.0f} min.",

@@ -22,9 +22,9 @@ import openvino
 
 from bench import calibration_catalog
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog, write_catalog_match
-from bench.encoder_bench import cpu_description, throughput, timed_batches
+from bench.encoder_bench import throughput, timed_batches
 from bench.hybrid import CLI, metrics, served
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
 from metricsearch.evaluation import read_task
@@ -110,10 +110,10 @@ def main() -> None:
         for p in REDUCED
     ]
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared; 1-min load average {load:.1f} at the start, "
+        f"Machine: {machine()} (shared; 1-min load average {load:.1f} at the start, "
         f"{os.getloadavg()[0]:.1f} at the end), CPython {platform.python_version()}; model: all-MiniLM-L6-v2 "
         f"(packaged); whole run {(time.perf_counter() - started) / 60:.0f} min.",
-        f"CPU: {cpu_description()}; OpenVINO CPU capabilities: {capabilities}.",
+        f"OpenVINO CPU capabilities: {capabilities}.",
         "Command: `.venv/bin/python -m bench.default_precision` (one run).",
         "",
         "Exports: `metricsearch export --precision P --catalog LISTINGS`: 400 generic listings "

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.service import EdgeStore, StoredItem, VectorSchema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def main() -> None:
     body = "\n".join(
         [
             f"Command: `.venv/bin/python -m bench.durability_bench --seconds {args.seconds:g} --preload {args.preload}`"
-            f" on {platform.machine()}, {os.cpu_count()} cores shared with other work (1-min load average "
+            f" on {machine()} shared with other work (1-min load average "
             f"{load:.1f} at the start), {platform.python_version()}. `EdgeStore.upsert` of new items (768 floats, "
             f"a short payload) into a store preloaded with {args.preload} items, {args.seconds:g} s per row; "
             "`writers` threads upsert at once.",

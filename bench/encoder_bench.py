@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.train_bench import abt_buy, write_training_catalog
 from metricsearch.core.base_model import packaged_model_dir
 from metricsearch.core.bundle import Bundle, load_bundle, write_manifest
@@ -204,7 +204,7 @@ def report(results: dict, groups, batches, args, loads: tuple[float, float], sec
     words = np.mean([len(t.split()) for b in batches for t in b])
     return "\n".join(
         [
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores ({cpu_description()}), "
+            f"Machine: {machine()}, "
             f"CPython {platform.python_version()}, 1-min load average {loads[0]:.1f} at the start and "
             f"{loads[1]:.1f} at the end (other processes share the cores). Model: all-MiniLM-L6-v2 (packaged).",
             f"Command: `.venv/bin/python -m bench.encoder_bench --threads {args.threads} --batches {args.batches} "
@@ -218,26 +218,6 @@ def report(results: dict, groups, batches, args, loads: tuple[float, float], sec
             *lines,
         ]
     )
-
-
-SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
-"""The instruction sets reduced precision's speed depends on (docs/bundle.md, "Why the default bundle is fp32")."""
-
-
-def cpu_description() -> str:
-    """The CPU's model and which of SPEED_FLAGS it has, as /proc/cpuinfo says."""
-    present = set(cpu_field("flags").split())
-    flags = ", ".join(flag for flag in SPEED_FLAGS if flag in present) or "none of " + ", ".join(SPEED_FLAGS)
-    return f"{cpu_field('model name') or '?'}; instruction sets: {flags}"
-
-
-def cpu_field(name: str) -> str:
-    """The first value of /proc/cpuinfo's field `name` ("model name", "flags"); empty where there is none."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == name), "")
 
 
 if __name__ == "__main__":

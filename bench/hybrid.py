@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -31,7 +29,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bench.data import CATALOG_PAIRS, DATA, ROOT, write_catalog, write_catalog_match
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE, zscores
 from metricsearch.core.ranking import pessimistic_rank, ranking_metrics
 from metricsearch.core.records import Item
@@ -228,7 +226,7 @@ def main() -> None:
     tuned_lines = "\n".join(f"- tuned on {pair}'s own catalog: {weights_text(w)}" for pair, w in tuned_weights.items())
     minutes = (time.perf_counter() - started) / 60
     body = f"""Command: `.venv/bin/python -m bench.hybrid{" --no-http" if args.no_http else ""}` ({minutes:.0f} min on
-{platform.machine()}, {os.cpu_count()} cores, CPU only, shared). Each left item ranks every right item of its pair (the
+{machine()}, CPU only, shared). Each left item ranks every right item of its pair (the
 other shop); the best-ranked gold match counts, ties pessimistic; the served rows index the right items through
 `POST /index` and ask `POST /similar` with the left item's title and description, k = 100 (a match past 100 counts
 as last). In-process rows run the service's own scoring code (tests/evaluation/test_hybrid_parity.py holds them

@@ -14,7 +14,6 @@ lexical matches) lead to, in process on the same store. Writes the "Hybrid at sc
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import shutil
 import statistics
@@ -27,7 +26,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.data import ROOT
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.service_bench import Client, percentile, timed_requests
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle, write_manifest
@@ -248,7 +247,7 @@ def main() -> None:
 
     fused, before = latency[args.bundle.name], latency[plain.name]
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), CPython {platform.python_version()}; bundle "
+        f"Machine: {machine()} (shared), CPython {platform.python_version()}; bundle "
         f"`{args.bundle.name}`; embedded store (qdrant-edge, HNSW built); answer cache off; whole run "
         f"{(time.time() - started) / 60:.0f} min.",
         f"Command: `.venv/bin/python -m bench.hybrid_scale --items {args.items} --requests {args.requests} "

@@ -14,8 +14,6 @@ About 15 minutes for Abt-Buy and 35 for Walmart-Amazon on 2 cores.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -26,7 +24,7 @@ from pathlib import Path
 
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog, write_catalog_match
 from bench.hybrid import CLI, export_default, metrics, served
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.core.bundle import load_bundle
 from metricsearch.evaluation import BundleScorer, LexicalScorer, TfidfScorer, read_task
 
@@ -100,7 +98,7 @@ def main() -> None:
     minutes = (time.perf_counter() - started) / 60
     recipe, flags = " ".join(RECIPE), " --no-http" if args.no_http else ""
     body = f"""Command: `.venv/bin/python -m bench.hybrid_trained --epochs {args.epochs}{flags}`
-({minutes:.0f} min on {platform.machine()}, {os.cpu_count()} cores, CPU only, shared). The recipe, per pair:
+({minutes:.0f} min on {machine()}, CPU only, shared). The recipe, per pair:
 `metricsearch train {recipe} --epochs {args.epochs} --catalog PAIR_CATALOG --out RUN --bundle BUNDLE` (both
 shops' items, never the gold matches; `--bundle` exports the best checkpoint and runs `metricsearch tune` on the same
 catalog). Rows rank as in "Hybrid" above. Targets: Abt-Buy >= 0.90, Walmart-Amazon >= 0.94.

@@ -37,7 +37,7 @@ from tqdm import tqdm
 
 from bench.data import ROOT
 from bench.hybrid_scale import synthetic_catalog
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.service_bench import Client
 from metricsearch.core.bundle import Manifest, load_bundle
 from metricsearch.core.lexical import lexical_fields
@@ -238,7 +238,7 @@ def main() -> None:
     memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / (1 << 30)
     body = "\n".join(
         [
-            f"Machine: {platform.machine()}, {os.cpu_count()} cores and {memory:.0f} GiB shared with other work "
+            f"Machine: {machine()} and {memory:.0f} GiB shared with other work "
             f"(1-min load average {load:.1f} at the start), CPython {platform.python_version()}; "
             f"embedded store (qdrant-edge, HNSW built); whole run {(time.time() - started) / 60:.0f} min.",
             f"Command: `.venv/bin/python -m bench.memory_bench --bundles {' '.join(b.name for b in args.bundles)} "

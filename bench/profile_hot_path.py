@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.service_bench import ROOT, Client, percentile, reused_synthetic_store, wine_items
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
@@ -480,7 +480,7 @@ def main() -> None:
     load_after = os.getloadavg()
 
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work (1-min load average "
+        f"Machine: {machine()} shared with other work (1-min load average "
         f"{load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end); CPython {platform.python_version()}; "
         f"bundle `{args.bundle.name}`; {args.items:,} synthetic items (bench/service_bench.py catalog).",
         "Command: `.venv/bin/python -m bench.profile_hot_path "

@@ -29,7 +29,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.data import DATA, abt_buy, write_catalog_match
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.train_bench import MAIN_OPTIONS, sts_pairs, without, write_training_catalog
 from metricsearch.core.errors import MetricSearchError
 from metricsearch.core.second_order import FULL_RANK_CAP
@@ -309,7 +308,7 @@ def preamble(args, command: str, load: tuple[float, ...], minutes: float, models
     reused = [t.bundle.name for t in models if t.reused]
     training = f"models reused from an earlier run's --workdir: {', '.join(reused)}" if reused else "training included"
     return [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, CPU only, shared: load average "
+        f"Machine: {machine()}, CPU only, shared: load average "
         f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min) at the start. Command: `{command}` "
         f"(one run, {minutes:.0f} min in all, {training}). Every trained model gets at most "
         f"{args.max_steps} optimizer steps of 16 examples (or {args.time_budget_s} s): a small budget, so the "

@@ -18,8 +18,6 @@ the positives are the paper's positives mixed with the recipe's title variants. 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import tempfile
 import time
@@ -28,7 +26,7 @@ from pathlib import Path
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog, write_catalog_match
 from bench.hybrid import metrics
 from bench.hybrid_trained import RECIPE, train_bundle
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.evaluation import BundleScorer, read_task
 
 VARIANTS = {
@@ -101,7 +99,7 @@ def main() -> None:
     if args.section != SECTION:
         command += f" --section '{args.section}'"
     body = f"""Command: `.venv/bin/python -m {command}`
-({minutes:.0f} min on {platform.machine()}, {os.cpu_count()} cores, CPU only, shared). Each variant:
+({minutes:.0f} min on {machine()}, CPU only, shared). Each variant:
 `metricsearch train {" ".join(RECIPE)} OPTIONS --epochs {args.epochs} --catalog PAIR_CATALOG --out RUN --bundle BUNDLE`
 on both shops' items (never the gold matches); MRR of each left item's gold matches among the right items, ranked in
 process by the tuned bundle (fused) and by its per-field angular rerank alone.

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import tempfile
@@ -30,7 +29,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.data import ROOT, abt_buy
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.service_bench import synthetic_store
 from metricsearch.core import diversity
 from metricsearch.core.augment import title_variant
@@ -201,8 +200,8 @@ def main() -> None:
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-quality", action="store_true")
     args = parser.parse_args()
-    machine = (
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other work), "
+    machine_line = (
+        f"Machine: {machine()} (shared with other work), "
         f"{platform.python_implementation()} {platform.python_version()}; bundle `{args.bundle.name}`."
     )
     with tempfile.TemporaryDirectory(prefix="ms-recommend-") as tmp:
@@ -211,7 +210,7 @@ def main() -> None:
             lines, build_s = bench_latency(args.bundle, args.items, args.requests, workdir)
             table = "\n".join(
                 [
-                    machine + f" Embedded store, {args.items:,} synthetic items (low-rank vectors, 500 brands, "
+                    machine_line + f" Embedded store, {args.items:,} synthetic items (low-rank vectors, 500 brands, "
                     f"popularity, release dates; built and HNSW-indexed in {build_s:.0f} s), k = 10, one client, "
                     f"{args.requests} sequential requests per kind through HTTP (httpx, keep-alive), random ids.",
                     f"Command: `.venv/bin/python -m bench.recommend_bench --items {args.items} --requests "
@@ -228,7 +227,7 @@ def main() -> None:
             rows, quality = bench_quality(args.bundle, args.queries, workdir)
             table = "\n".join(
                 [
-                    machine + f" Abt-Buy: the {quality['items']:,} Abt and Buy items indexed in process (embedded "
+                    machine_line + f" Abt-Buy: the {quality['items']:,} Abt and Buy items indexed in process (embedded "
                     f"store), plus two title-variant twins (core/augment.py: words dropped, part-number hyphens "
                     "changed, order shuffled; no description, so the title alone carries the item) of "
                     f"{quality['queries']} random Abt items (seed 13); every query filtered to the original items.",

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.service_bench import Client, percentile, synthetic_batches, wine_items
 from metricsearch.client import Client as AdminClient
 from metricsearch.client import ServiceError
@@ -277,7 +277,7 @@ def table(args: argparse.Namespace, r: dict, load_start: tuple, load_end: tuple)
     failed = r["failed"]
     fmt = ", ".join
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
+        f"Machine: {machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}; bundle `{args.bundle.name}` rolled out to a copy of it named "
         f"`{r['expected_model']}`; embedded store (qdrant-edge, HNSW built); load average (1, 5, 15 min) "
         f"{fmt(f'{x:.2f}' for x in load_start)} at the start, {fmt(f'{x:.2f}' for x in load_end)} at the end.",

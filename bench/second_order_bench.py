@@ -36,7 +36,6 @@ import base64
 import csv
 import json
 import os
-import platform
 import shlex
 import statistics
 import tempfile
@@ -49,7 +48,7 @@ from threadpoolctl import threadpool_limits
 from tqdm import tqdm
 
 from bench.data import DATA
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.service_bench import Client, percentile, timed_requests, wine_items
 from bench.train_bench import CLI, abt_buy, run, write_training_catalog
 from metricsearch.core import scoring, second_order
@@ -91,7 +90,7 @@ def eval_title(poolings: list[str]) -> str:
 def machine_line(command: str) -> str:
     load = os.getloadavg()[0]
     return (
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work (1-min load average "
+        f"Machine: {machine()} shared with other work (1-min load average "
         f"{load:.1f} at the start of this part), CPU only. Command: `{command}`."
     )
 

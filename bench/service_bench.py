@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import csv
 import http.client
-import os
 import platform
 import shutil
 import statistics
@@ -30,7 +29,7 @@ import orjson
 from tqdm import tqdm
 
 from bench.data import DATA
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.lexical import WHOLE_TEXT, lexical_fields
@@ -311,7 +310,7 @@ def main() -> None:
         indexing = bench_indexing(args.bundle, wine_items(args.index_items), workdir, args.index_rounds)
 
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_implementation()} "
+        f"Machine: {machine()}, {platform.python_implementation()} "
         f"{platform.python_version()}; bundle `{args.bundle.name}`; embedded store (qdrant-edge, HNSW built).",
         f"Command: `.venv/bin/python -m bench.service_bench --sizes {' '.join(map(str, args.sizes))} "
         f"--requests {args.requests} --index-items {args.index_items} --index-rounds {args.index_rounds} "

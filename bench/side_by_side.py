@@ -36,8 +36,7 @@ import orjson
 from tqdm import tqdm
 
 from bench.data import DATA, abt_buy
-from bench.encoder_bench import cpu_description
-from bench.report import write_section
+from bench.report import machine, write_section
 from bench.service_bench import ROOT, reused_synthetic_store, synthetic_batches, synthetic_texts, wine_items
 from bench.txtai_peer import TxtaiProcess, ensure_venv, txtai_version
 from metricsearch.core.bundle import load_bundle
@@ -520,7 +519,7 @@ def report(
     version = txtai_version()
     txtai_stack = f"txtai {version} (Buy catalog)"
     lines = [
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores ({cpu_description()}) shared with other work (1-min "
+        f"Machine: {machine()} shared with other work (1-min "
         f"load average {load_before:.1f} at the start, {os.getloadavg()[0]:.1f} at the end); "
         f"CPython {platform.python_version()}; "
         f"bundle `{args.bundle.name}`; {args.items:,} synthetic items (bench/service_bench.py catalog); "

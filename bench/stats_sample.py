@@ -14,8 +14,6 @@ About 10 minutes on 2 shared cores (every pair of Walmart-Amazon's 5,245 right i
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import tempfile
 import time
@@ -25,7 +23,7 @@ import numpy as np
 
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog_match
 from bench.hybrid import given_or_default, metrics
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats, fuse, stats_sample
 from metricsearch.evaluation import BundleScorer, EvalData, read_task
 
@@ -109,7 +107,7 @@ def main() -> None:
     minutes = (time.perf_counter() - started) / 60
     command = f".venv/bin/python -m bench.stats_sample --draws {args.draws} --sizes {' '.join(map(str, args.sizes))}"
     command += f" --bundle {args.bundle}" if args.bundle else ""
-    body = f"""Command: `{command}` ({minutes:.0f} min on {platform.machine()}, {os.cpu_count()} cores, CPU only,
+    body = f"""Command: `{command}` ({minutes:.0f} min on {machine()}, CPU only,
 shared). Bundle: {"the packaged model (default weights)" if args.bundle is None else args.bundle}.
 
 The fused rerank z-scores each component with its mean and standard deviation over the pairs of {STATS_SAMPLE} stored

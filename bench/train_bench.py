@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from scipy.stats import spearmanr
 from sklearn.feature_extraction.text import TfidfVectorizer
 
 from bench.data import DATA, ROOT, Product, abt_buy
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.ranking import pessimistic_rank, ranking_metrics
@@ -176,7 +175,7 @@ ABLATIONS = {
 
 
 def machine_line(command: str) -> str:
-    return f"Machine: {platform.machine()}, {os.cpu_count()} cores, CPU only. Command: `{command}` (one run)."
+    return f"Machine: {machine()}, CPU only. Command: `{command}` (one run)."
 
 
 def abt_buy_section(args, abt, buy, gold, workdir: Path, catalog: Path) -> str:

@@ -11,8 +11,6 @@ Gold is read here, after every signal has chosen, never by a signal. About 15 mi
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import shutil
 import tempfile
 import time
@@ -20,7 +18,7 @@ from pathlib import Path
 
 from bench.data import CATALOG_PAIRS, ROOT
 from bench.hybrid import given_or_default, weights_text
-from bench.report import write_section
+from bench.report import machine, write_section
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.fusion import DEFAULT_FUSION
 from metricsearch.core.records import Item
@@ -121,7 +119,7 @@ def main() -> None:
     verdicts = "\n".join(f"- {verdict}" for _, _, verdict in results.values())
     minutes = (time.perf_counter() - started) / 60
     command = ".venv/bin/python -m bench.tune_signals" + (f" --bundle {args.bundle}" if args.bundle else "")
-    body = f"""Command: `{command}` ({minutes:.0f} min on {platform.machine()}, {os.cpu_count()} cores,
+    body = f"""Command: `{command}` ({minutes:.0f} min on {machine()},
 CPU only, shared). Bundle: {"the packaged model (default weights)" if args.bundle is None else args.bundle}.
 
 Each self-supervised signal of `metricsearch tune` scores every weighting of the grid on the pair's own catalog (both
