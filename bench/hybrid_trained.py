@@ -50,11 +50,12 @@ def train_bundle(catalog: Path, out: Path, epochs: int, options: Sequence[str] =
     return out / "bundle", (time.perf_counter() - started) / 60
 
 
-def gold_best(bundle: Path, catalog: Path, gold: Path, out: Path) -> tuple[Path, dict[str, float]]:
-    """A copy of `bundle` with the fusion weights best on the pair's own gold matches (`metricsearch tune --pairs`),
-    and those weights: in-sample, so not a result, but the most any weights of the tune grid reach with that encoder."""
+def gold_best(bundle: Path, catalog: Path, gold: Path, out: Path) -> dict[str, float]:
+    """Copies `bundle` to `out` with the fusion weights best on the pair's own gold matches (`metricsearch tune
+    --pairs`) and returns them: in-sample, so not a result, but the most any weights of the tune grid reach with that
+    encoder."""
     shutil.copytree(bundle, out)
-    return out, tune(catalog, out, pairs=gold).weights
+    return tune(catalog, out, pairs=gold).weights
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:
@@ -95,7 +96,8 @@ def main() -> None:
                 "recipe's encoder, weights best on the pair's gold matches (in-sample ceiling)": bundle,
             }
             for n, (label, source) in enumerate(ceilings.items()):
-                best, weights = gold_best(source, catalog, folder / "gold.csv", workdir / f"ceiling-{pair}-{n}")
+                best = workdir / f"ceiling-{pair}-{n}"
+                weights = gold_best(source, catalog, folder / "gold.csv", best)
                 scorers[label] = BundleScorer(best)
                 notes.append(f"- {pair}, {label}: {', '.join(f'{c} {w:g}' for c, w in weights.items() if w)}")
             for label, scorer in scorers.items():

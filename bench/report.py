@@ -25,19 +25,23 @@ def write_section(path: Path, title: str, body: str) -> None:
 def machine() -> str:
     """The CPU's model, architecture, speed flags and cores: every section names the CPU it ran on, as ratios to peers
     depend on it (txtai's PyTorch gains more from AVX-512 than ONNX Runtime does)."""
-    present = set(_cpu_field("flags").split())
+    cpu = _cpu_fields()
+    present = set(cpu.get("flags", "").split())
     flags = ", ".join(flag for flag in SPEED_FLAGS if flag in present) or "none of " + ", ".join(SPEED_FLAGS)
-    return f"{_cpu_field('model name') or 'CPU ?'} ({platform.machine()}; {flags}), {os.cpu_count()} cores"
+    return f"{cpu.get('model name') or 'CPU ?'} ({platform.machine()}; {flags}), {os.cpu_count()} cores"
 
 
 SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16")
 """The instruction sets reduced precision's speed depends on (docs/bundle.md, "Why the default bundle is fp32")."""
 
 
-def _cpu_field(name: str) -> str:
-    """The first value of /proc/cpuinfo's field `name` ("model name", "flags"); empty where there is none."""
+def _cpu_fields() -> dict[str, str]:
+    """/proc/cpuinfo's fields of its first CPU ("model name", "flags", ...); none where it cannot be read."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == name), "")
+        return {}
+    fields: dict[str, str] = {}
+    for name, _, value in (line.partition(":") for line in lines):
+        fields.setdefault(name.strip(), value.strip())
+    return fields
