@@ -1,12 +1,14 @@
 """Hybrid retrieval at scale: what the lexical candidates and the fused rerank cost and find at 100k items.
 
-    .venv/bin/python -m bench.hybrid_scale [--items 100000] [--requests 400] [--recall-queries 100] [--recall-k 10 100]
+    .venv/bin/python -m bench.hybrid_scale [--items 100000] [--requests 400] [--rounds 3] [--recall-queries 100]
+        [--recall-k 10 100]
 
 One synthetic catalog (clusters of near-duplicates: per-field dense vectors around the cluster's, titles and
 descriptions that share the cluster's words and part number among Zipf-distributed vocabulary) is stored twice:
 with the default bundle (dense + lexical vectors, fused rerank) and with the same bundle without lexical vectors
 (the service before hybrid retrieval). Both are served at once and get the same /similar by id requests through
-HTTP, each request to both in turn, so a ratio holds on a shared machine whose speed drifts. Candidate recall: the share
+HTTP, each request to both in turn, so a ratio holds on a shared machine whose speed drifts, in rounds that start both
+anew (the ratio moved between runs of the same code, with the processes). Candidate recall: the share
 of the exact fused top 10 (every item reranked) that the service's own candidates (dense ANN + the whole text's
 lexical matches) lead to, in process on the same store. Writes the "Hybrid at scale" section of BENCHMARKS.md.
 """
@@ -191,43 +193,55 @@ def candidate_recall(
     }
 
 
-def by_id_latency(stores: dict[Path, Path], ids: list[str], requests: int) -> dict[str, dict]:
-    """{bundle name: {k: (p50, p99, server p50)}} with every service up at once: each request goes to each service
-    in turn, the order alternating, so the shared machine's drift in speed falls on all of them alike."""
+def by_id_latency(
+    stores: dict[Path, Path], ids: list[str], requests: int, rounds: int
+) -> tuple[dict[str, dict], dict[int, list[float]]]:
+    """{bundle name: {k: (p50, p99, server p50)}} over every round's requests, and per k each round's p50 ratio of the
+    last service to the first. Each round starts every service anew (which process gets which core, and how its memory
+    lies, moved the ratio by 0.1 between runs of the same code) and has them up at once: each request goes to each
+    service in turn, the order alternating, so the shared machine's drift in speed falls on all of them alike."""
     env = {"MS_OPTIMIZE_AFTER_WRITES": "0", "MS_ANSWER_CACHE_SIZE": "0"}
-    services = {bundle.name: ServiceProcess(bundle, data_dir, env) for bundle, data_dir in stores.items()}
-    clients = {}
     rng = np.random.default_rng(1)
-    try:
-        for name, service in services.items():
-            service.start()
-            clients[name] = Client(service.port)
-        warm_up = [{"id": ids[i], "k": 10} for i in rng.integers(0, len(ids), 50)]  # page in
-        for client in clients.values():
-            timed_requests(client, warm_up)
-        results: dict[str, dict] = {name: {} for name in services}
-        for k in (10, 100):
-            samples = {name: ([], []) for name in services}
-            for n, i in enumerate(rng.integers(0, len(ids), requests)):
-                for name in list(clients)[:: 1 if n % 2 else -1]:
-                    latency, server_ms = timed_requests(clients[name], [{"id": ids[i], "k": k}])
-                    samples[name][0].extend(latency)
-                    samples[name][1].extend(server_ms)
-            for name, (latency, server_ms) in samples.items():
-                results[name][k] = (percentile(latency, 50), percentile(latency, 99), statistics.median(server_ms))
-    finally:
-        for client in clients.values():
-            client.close()
-        for service in services.values():
-            service.stop()
-    return results
+    samples = {bundle.name: {k: ([], []) for k in (10, 100)} for bundle in stores}
+    ratios: dict[int, list[float]] = {10: [], 100: []}
+    for _ in tqdm(range(rounds), desc="latency rounds"):
+        services = {bundle.name: ServiceProcess(bundle, data_dir, env) for bundle, data_dir in stores.items()}
+        clients = {}
+        try:
+            for name, service in services.items():
+                service.start()
+                clients[name] = Client(service.port)
+            warm_up = [{"id": ids[i], "k": 10} for i in rng.integers(0, len(ids), 50)]  # page in
+            for client in clients.values():
+                timed_requests(client, warm_up)
+            for k in (10, 100):
+                here = {name: [] for name in services}
+                for n, i in enumerate(rng.integers(0, len(ids), requests)):
+                    for name in list(clients)[:: 1 if n % 2 else -1]:
+                        latency, server_ms = timed_requests(clients[name], [{"id": ids[i], "k": k}])
+                        here[name] += latency
+                        samples[name][k][0].extend(latency)
+                        samples[name][k][1].extend(server_ms)
+                first, *_, last = here.values()
+                ratios[k].append(percentile(last, 50) / percentile(first, 50))
+        finally:
+            for client in clients.values():
+                client.close()
+            for service in services.values():
+                service.stop()
+    results = {
+        name: {k: (percentile(lat, 50), percentile(lat, 99), statistics.median(srv)) for k, (lat, srv) in by_k.items()}
+        for name, by_k in samples.items()
+    }
+    return results, ratios
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", type=Path, default=ROOT / "bundles/all-minilm-l6-v2")
     parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--requests", type=int, default=400, help="by-id requests per k, service and round")
+    parser.add_argument("--rounds", type=int, default=3, help="latency rounds, each with both services started anew")
     parser.add_argument("--recall-queries", type=int, default=100)
     parser.add_argument("--recall-k", type=int, nargs="+", default=[10], help="candidate recall of the exact top k")
     args = parser.parse_args()
@@ -243,7 +257,9 @@ def main() -> None:
         recall = candidate_recall(
             args.bundle, items, fields, workdir / f"store-{args.bundle.name}", queries, args.recall_k
         )
-        latency = by_id_latency({b: workdir / f"store-{b.name}" for b in (plain, args.bundle)}, ids, args.requests)
+        latency, ratios = by_id_latency(
+            {b: workdir / f"store-{b.name}" for b in (plain, args.bundle)}, ids, args.requests, args.rounds
+        )
 
     fused, before = latency[args.bundle.name], latency[plain.name]
     lines = [
@@ -251,8 +267,10 @@ def main() -> None:
         f"`{args.bundle.name}`; embedded store (qdrant-edge, HNSW built); answer cache off; whole run "
         f"{(time.time() - started) / 60:.0f} min.",
         f"Command: `.venv/bin/python -m bench.hybrid_scale --items {args.items} --requests {args.requests} "
-        f"--recall-queries {args.recall_queries} --recall-k {' '.join(map(str, args.recall_k))}` (one run; client "
-        "and services share the cores; both services up at once, each request sent to both in turn).",
+        f"--rounds {args.rounds} --recall-queries {args.recall_queries} "
+        f"--recall-k {' '.join(map(str, args.recall_k))}` "
+        f"(one run; client and services share the cores; {args.rounds} rounds, each with both services started anew "
+        "and up at once, each request sent to both in turn; the table pools every round's requests).",
         f"Catalog: {args.items:,} synthetic items in clusters of about {CLUSTER} (dense vectors around the cluster's; "
         "titles and descriptions sharing the cluster's words and, for 70%, a part number, among Zipf-distributed "
         f"words of a {VOCABULARY:,}-word vocabulary).",
@@ -267,6 +285,12 @@ def main() -> None:
         ):
             ratio = row[0] / before[k][0]
             lines.append(f"| {label} | {k} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {ratio:.2f} |")
+    lines += [
+        "",
+        "Each round's p50 vs dense only: "
+        + "; ".join(f"k = {k}: " + ", ".join(f"{r:.2f}" for r in ratios[k]) for k in (10, 100))
+        + ".",
+    ]
     for k, r in recall.items():
         lines += [
             "",
