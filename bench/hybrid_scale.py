@@ -8,7 +8,7 @@ descriptions that share the cluster's words and part number among Zipf-distribut
 with the default bundle (dense + lexical vectors, fused rerank) and with the same bundle without lexical vectors
 (the service before hybrid retrieval). Both are served at once and get the same /similar by id requests through
 HTTP, each request to both in turn, so a ratio holds on a shared machine whose speed drifts, in rounds that start both
-anew (the ratio moved between runs of the same code, with the processes). Candidate recall: the share
+anew (one pair of processes does not make the figure). Candidate recall: the share
 of the exact fused top 10 (every item reranked) that the service's own candidates (dense ANN + the whole text's
 lexical matches) lead to, in process on the same store. Writes the "Hybrid at scale" section of BENCHMARKS.md.
 """
@@ -197,9 +197,10 @@ def by_id_latency(
     stores: dict[Path, Path], ids: list[str], requests: int, rounds: int
 ) -> tuple[dict[str, dict], dict[int, list[float]]]:
     """{bundle name: {k: (p50, p99, server p50)}} over every round's requests, and per k each round's p50 ratio of the
-    last service to the first. Each round starts every service anew (which process gets which core, and how its memory
-    lies, moved the ratio by 0.1 between runs of the same code) and has them up at once: each request goes to each
-    service in turn, the order alternating, so the shared machine's drift in speed falls on all of them alike."""
+    last service to the first. Each round starts every service anew, so one pair of processes (their cores, their
+    memory) does not make the figure: runs of the same code gave 1.29x to 1.44x at k=10 on this shared machine. In a
+    round both are up at once: each request goes to each service in turn, the order alternating, so the machine's
+    drift in speed falls on them alike."""
     env = {"MS_OPTIMIZE_AFTER_WRITES": "0", "MS_ANSWER_CACHE_SIZE": "0"}
     rng = np.random.default_rng(1)
     samples = {bundle.name: {k: ([], []) for k in (10, 100)} for bundle in stores}
