@@ -77,7 +77,10 @@ def children_rss(pid: int) -> int:
 
 class SyntheticEncoder:
     """Stands in for the ONNX encoder on the write path: hands back the vectors set in `pending`, in the order the
-    catalog asks for texts (items x fields), plus random rank-k factors for a second-order bundle."""
+    catalog asks for texts (items x fields; Catalog.index encodes its chunks one after another, in order), plus random
+    rank-k factors for a second-order bundle."""
+
+    bulk_workers = 1
 
     def __init__(self, manifest: Manifest) -> None:
         self.dim = manifest.encoder.dim
@@ -85,11 +88,11 @@ class SyntheticEncoder:
         self.pending = np.zeros((0, self.dim), dtype=np.float32)
         self._rng = np.random.default_rng(0)
 
-    def encode(self, texts: list[str], batch_size: int) -> np.ndarray:
-        if len(texts) != len(self.pending):
+    def encode_bulk(self, texts: list[str], batch_size: int) -> np.ndarray:
+        if len(texts) > len(self.pending):
             raise RuntimeError(f"{len(texts)} texts to encode, {len(self.pending)} vectors pending")
         out = np.empty((len(texts), self.dim * (1 + self.rank)), dtype=np.float32)
-        out[:, : self.dim] = self.pending
+        out[:, : self.dim], self.pending = self.pending[: len(texts)], self.pending[len(texts) :]
         out[:, self.dim :] = self._rng.standard_normal((len(texts), self.dim * self.rank), dtype=np.float32)
         return out
 
@@ -108,6 +111,8 @@ def write_store(bundle: Path, n: int, data_dir: Path) -> dict:
         chunk = items[start : start + BATCH]
         encoder.pending = fields[start : start + len(chunk)].reshape(-1, encoder.dim)
         catalog.index([Item(**item, metadata={"bucket": (start + j) % 10}) for j, item in enumerate(chunk)])
+        if len(encoder.pending):
+            raise RuntimeError(f"{len(encoder.pending)} vectors left unused: the write path asked for fewer texts")
     written = rss()
     write_s = time.perf_counter() - started
     peak, done = 0, threading.Event()
