@@ -49,6 +49,8 @@ from metricsearch.service import (
 
 VOCABULARY = 30_000
 CLUSTER = 20
+LATENCY_K = (10, 100)
+"""The page sizes the by-id latency is measured at."""
 DEFAULT_MIN, DEFAULT_FACTOR = (Settings.model_fields[f].default for f in ("candidates_min", "candidates_factor"))
 """The service's default candidate count (MS_CANDIDATES_MIN / _FACTOR): the recall measured is the served one."""
 
@@ -203,8 +205,8 @@ def by_id_latency(
     drift in speed falls on them alike."""
     env = {"MS_OPTIMIZE_AFTER_WRITES": "0", "MS_ANSWER_CACHE_SIZE": "0"}
     rng = np.random.default_rng(1)
-    samples = {bundle.name: {k: ([], []) for k in (10, 100)} for bundle in stores}
-    ratios: dict[int, list[float]] = {10: [], 100: []}
+    samples = {bundle.name: {k: ([], []) for k in LATENCY_K} for bundle in stores}
+    ratios: dict[int, list[float]] = {k: [] for k in LATENCY_K}
     for _ in tqdm(range(rounds), desc="latency rounds"):
         services = {bundle.name: ServiceProcess(bundle, data_dir, env) for bundle, data_dir in stores.items()}
         clients = {}
@@ -215,7 +217,7 @@ def by_id_latency(
             warm_up = [{"id": ids[i], "k": 10} for i in rng.integers(0, len(ids), 50)]  # page in
             for client in clients.values():
                 timed_requests(client, warm_up)
-            for k in (10, 100):
+            for k in LATENCY_K:
                 here = {name: [] for name in services}
                 for n, i in enumerate(rng.integers(0, len(ids), requests)):
                     for name in list(clients)[:: 1 if n % 2 else -1]:
@@ -279,7 +281,7 @@ def main() -> None:
         "| `/similar` by id, HTTP | k | p50 ms | p99 ms | server p50 ms | p50 vs dense only |",
         "|---|---|---|---|---|---|",
     ]
-    for k in (10, 100):
+    for k in LATENCY_K:
         for label, row in (
             ("dense only (no lexical vectors, metric alone)", before[k]),
             ("default bundle (dense + lexical candidates, fused rerank)", fused[k]),
@@ -289,7 +291,7 @@ def main() -> None:
     lines += [
         "",
         "Each round's p50 vs dense only: "
-        + "; ".join(f"k = {k}: " + ", ".join(f"{r:.2f}" for r in ratios[k]) for k in (10, 100))
+        + "; ".join(f"k = {k}: " + ", ".join(f"{r:.2f}" for r in ratios[k]) for k in LATENCY_K)
         + ".",
     ]
     for k, r in recall.items():
