@@ -146,7 +146,9 @@ class Settings(BaseSettings):
         3, gt=0, description="ANN candidates = max(candidates_min, factor x k); 3: BENCHMARKS.md 'Candidates'"
     )
     max_candidates: int = Field(
-        5000, gt=0, description="most candidates a group_by request widens to while it lacks k results"
+        5000,
+        gt=0,
+        description="most candidates a group_by request widens to while it lacks k results, divided by its query items",
     )
 
     # --- embedded store maintenance
@@ -173,7 +175,10 @@ class Settings(BaseSettings):
     )
     max_metadata_bytes: int = Field(16384, gt=0, description="bytes of one item's metadata as JSON (413 beyond)")
     request_timeout_s: float = Field(
-        10.0, gt=0, description="a /similar request waiting longer than this for the encoder gets 503 (Retry-After)"
+        10.0,
+        gt=0,
+        description="a /similar request waiting longer than this for the encoder gets 503 (Retry-After); a batch's "
+        "queries not answered this long after it arrived get a timed_out error each",
     )
     cors_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="comma-separated origins allowed by CORS; empty = no cross-origin access"

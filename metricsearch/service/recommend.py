@@ -13,8 +13,10 @@ How one ranking is made:
 3. Boosts (core/boost.py) are added; `scores.boost` shows their sum. min_score drops what falls below.
 4. core/diversity.select picks k + offset in order (MMR and the per-group cap in one greedy pass) from the candidates,
    at least MMR_POOL x (k + offset) of them with diversity; the first offset are skipped. Equal scores are in id
-   order. With group_by, the candidates widen 4x at a time up to MS_MAX_CANDIDATES while fewer than k + offset were
-   picked and the store had more."""
+   order. With group_by, the candidates widen 4x at a time while fewer than k + offset were picked and the store had
+   more, up to MS_MAX_CANDIDATES divided by the number of query items (positive and negative ids): each is scored
+   against every candidate, so the widening bounds the work of a request, not only its candidates (32 + 32 ids
+   widened to 5,000 candidates took 1.5 s, against 0.25 s for one id)."""
 
 from __future__ import annotations
 
@@ -100,6 +102,7 @@ class Recommender:
         limit = catalog.candidate_limit(want)
         if request.diversity > 0:
             limit = max(limit, MMR_POOL * want)
+        widest = max(limit, self.max_candidates // (len(positives) + len(negatives)))
         while True:
             found = catalog.store.search(ann, limit, conditions, exclude_ids, lexical=prefetch)
             if not found.listings:
@@ -113,9 +116,9 @@ class Recommender:
             eligible = np.flatnonzero(scores >= request.min_score) if request.min_score is not None else None
             picked = self._select(request, scores, candidates, found.listings, want, eligible)
             seen_all = len(found.listings) < limit
-            if len(picked) >= want or seen_all or not request.group_keys or limit >= self.max_candidates:
+            if len(picked) >= want or seen_all or not request.group_keys or limit >= widest:
                 break
-            limit = min(limit * WIDEN, self.max_candidates)
+            limit = min(limit * WIDEN, widest)
         return [
             Match(
                 found.listings[i].id,

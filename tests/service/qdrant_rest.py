@@ -173,6 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
             request = qm.ScrollRequest.model_validate(body)
             points, offset = local.scroll(
                 name,
+                scroll_filter=request.filter,
                 limit=request.limit,
                 offset=request.offset,
                 with_payload=request.with_payload,

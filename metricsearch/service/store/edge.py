@@ -82,6 +82,7 @@ from metricsearch.service.store.base import (
     StoredItem,
     VectorSchema,
 )
+from metricsearch.service.store.census import MetadataCensus
 from metricsearch.service.store.mirror import VectorMirror
 from metricsearch.service.store.payload import (
     any_of_parts,
@@ -197,7 +198,7 @@ class EdgeStore:
             indexed = self._sync_indexes(indexed_fields, keep_learned=auto_index_max is not None)
             if auto_index_max is not None:
                 self.auto_index.known(indexed, indexed_fields)
-        self._mirror, self._terms = self._load_mirrors()
+        self._mirror, self._terms, self._census = self._load_mirrors()
 
     @classmethod
     def from_settings(
@@ -282,6 +283,7 @@ class EdgeStore:
         def mirror() -> None:
             self._mirror.put(keys, listings, vectors)
             self._terms.put(keys, [it.sparse for it in items])
+            self._census.add(it.metadata for it in items)
 
         with self._write_lock:
             written = self._apply(UpdateOperation.upsert_points(points), len(points), mirror)
@@ -337,7 +339,7 @@ class EdgeStore:
             raise InvalidInputError("a delete by filter needs at least one condition")
         deleted = written = 0
         with self._write_lock:
-            while True:
+            while not self._census.matches_nothing(conditions):  # else every point would be checked, to find none
                 with self._lock:
                     records, _ = self._shard.scroll(
                         ScrollRequest(limit=base.DELETE_PAGE, filter=where, with_payload=False, with_vector=False)
@@ -353,7 +355,8 @@ class EdgeStore:
                 deleted += len(found)
         if written:
             self._sync(written)
-        self.auto_index.saw(conditions)
+        if deleted:  # a filter that matched: its keys are held, so an index on them can serve it
+            self.auto_index.saw(conditions)
         return deleted
 
     def search(
@@ -372,6 +375,8 @@ class EdgeStore:
         extra = len(dropped)
         dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
         with self._lock:
+            if self._census.matches_nothing(conditions):  # no item can match: spare the engine's check of every point
+                return SearchResult([], np.empty(0, np.float32), self._mirror.take([])[1], [])
             # Each lexical query cut to its strongest terms by the term mirror's frequencies (store/terms.py).
             cut = {name: self._terms.strongest(name, query, limit) for name, query in (lexical or {}).items()}
             sparse = [_sparse_query(name, query) for name, query in cut.items() if len(query)]
@@ -392,7 +397,9 @@ class EdgeStore:
             hits = [(point, score) for point, score in hits if point not in dropped][: None if sparse else limit]
             points = [point for point, _ in hits]
             listings, vectors = self._mirror.take(points)
-        self.auto_index.saw(conditions)
+        if hits:  # a filter that matched: its keys are held, so an index on them can serve it (a search that found
+            # nothing may filter on keys no item holds, whose look at the data would check every point)
+            self.auto_index.saw(conditions)
         return SearchResult(
             listings=listings,
             scores=np.fromiter((score for _, score in hits), dtype=np.float32, count=len(hits)),
@@ -743,10 +750,11 @@ class EdgeStore:
             keep_undeclared=keep_learned,
         )
 
-    def _load_mirrors(self) -> tuple[VectorMirror[Listing], TermMirror]:
+    def _load_mirrors(self) -> tuple[VectorMirror[Listing], TermMirror, MetadataCensus]:
         """Read every point's vectors, terms and listing once at open (about 3 s a 100k points of 768 floats)."""
         mirror: VectorMirror[Listing] = VectorMirror(self._schema.sizes)
         terms = TermMirror(self._schema.sparse)
+        census = MetadataCensus()
         offset = None
         while True:
             records, offset = self._shard.scroll(
@@ -762,10 +770,12 @@ class EdgeStore:
                 vectors = {
                     name: np.array([r.vector[name] for r in records], dtype=np.float32) for name in self._schema.sizes
                 }
-                mirror.put(points, [listing(r.payload) for r in records], vectors)
+                listings = [listing(r.payload) for r in records]
+                mirror.put(points, listings, vectors)
                 terms.put(points, [{n: r.vector[n] for n in self._schema.sparse if n in r.vector} for r in records])
+                census.add(entry.metadata for entry in listings)
             if offset is None:
-                return mirror, terms
+                return mirror, terms, census
 
     def _remove_stale_generations(self) -> None:
         """Copies left by a build that a crash interrupted; called once the live shard's WAL lock is ours."""

@@ -365,7 +365,8 @@ class RemoteStore:
                 selector = qm.PointIdsList(points=[r.id for r in records])
                 self._client.delete(self._collection, points_selector=selector, wait=True)
                 deleted += len(records)
-        self.auto_index.saw(conditions)
+        if deleted:  # a filter that matched: its keys are held, so an index on them can serve it
+            self.auto_index.saw(conditions)
         return deleted
 
     def search(
@@ -398,7 +399,8 @@ class RemoteStore:
                 response = self._client.query_points(
                     self._collection, query=dense, using=self._schema.ann, query_filter=where, limit=limit, **read
                 )
-        self.auto_index.saw(conditions)
+        if response.points:  # as in the embedded store: a filter that found nothing may be on keys no item holds
+            self.auto_index.saw(conditions)
         hits = self._with_vectors(response.points) if self._vectors.enabled else response.points
         return search_result(hits, self._schema.sizes)
 

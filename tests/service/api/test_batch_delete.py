@@ -145,3 +145,24 @@ def test_delete_needs_the_write_key(service):
     with service.client() as anonymous:
         assert anonymous.post("/items/delete", json={"ids": ["i0"]}).status_code == 401
         assert anonymous.post("/similar/batch", json={"queries": [{"id": "i0"}]}).status_code == 200
+
+
+def test_a_batch_stops_answering_at_the_request_timeout(tiny_bundle, tmp_path):
+    """The costliest queries take seconds each: a batch answers them until MS_REQUEST_TIMEOUT_S has passed since it
+    arrived, and each query left gets a timed_out error in its place, not minutes of a worker's time."""
+    process = ServiceProcess(tiny_bundle, tmp_path / "data", {"MS_API_KEY": KEY, "MS_REQUEST_TIMEOUT_S": "0.001"})
+    process.start()
+    try:
+        with process.client(Authorization=f"Bearer {KEY}") as c:
+            assert c.post("/index", json={"items": ITEMS}).status_code == 200
+            batch = c.post("/similar/batch", json={"queries": [{"id": f"i{n % 15}", "k": 5} for n in range(40)]})
+        assert batch.status_code == 200, batch.text
+        answers = batch.json()["answers"]
+        late = [n for n, answer in enumerate(answers) if "error" in answer]
+        assert late and late == list(range(late[0], 40)), "answered in order until the deadline, the rest refused"
+        error = answers[-1]["error"]
+        assert (error["status"], error["code"]) == (503, "timed_out")
+        assert error["detail"].startswith("queries.39: not answered") and "MS_REQUEST_TIMEOUT_S" in error["detail"]
+        assert all(len(answer["results"]) == 5 for answer in answers[: late[0]])
+    finally:
+        process.stop()

@@ -225,3 +225,33 @@ def test_second_order_bundles_rank_and_diversify_with_their_own_metric(svd_bundl
         assert all(0.0 <= m.score <= 1.0 for m in diverse)
     finally:
         store.close()
+
+
+def test_group_by_widens_less_the_more_query_items_it_scores(tiny_bundle, tmp_path):
+    """In process: each positive and negative id is scored against every candidate, so the widening stops at
+    MS_MAX_CANDIDATES over the number of query items; one id widens to it all."""
+    from metricsearch.core.records import Item
+    from metricsearch.core.schemas import SimilarRequest
+    from metricsearch.service.catalog import Catalog
+    from metricsearch.service.recommend import Recommender
+
+    catalog, store = _catalog(tiny_bundle, tmp_path / "store")
+    try:
+        catalog.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in ITEMS])
+        catalog = Catalog(catalog.manifest, catalog.encoder, store, candidates_min=2, candidates_factor=1)
+        limits: list[int] = []
+        search = store.search
+        store.search = lambda vector, limit, *args, **kwargs: (
+            limits.append(limit) or search(vector, limit, *args, **kwargs)
+        )
+        recommender = Recommender(catalog, max_candidates=16)
+        one = recommender.answer(SimilarRequest(id="i0", k=8, group_by="brand"))  # 4 brands: never 8 results
+        assert limits == [8, 16] and len({m.metadata["brand"] for m in one}) == len(one) <= 4
+        limits.clear()
+        four = recommender.answer(
+            SimilarRequest(positive_ids=["i0", "i1"], negative_ids=["i2", "i3"], k=8, group_by="brand")
+        )
+        assert limits == [8], "16 candidates over 4 query items: no wider than the first search"
+        assert len({m.metadata["brand"] for m in four}) == len(four) <= 4
+    finally:
+        store.close()

@@ -218,41 +218,63 @@ def test_a_key_whose_values_mix_types_gets_no_index(tmp_path, items):
     assert edge_indexes(tmp_path / "edge") == {"id": "keyword"}
 
 
-def test_a_key_refused_while_no_item_held_it_is_looked_at_again_once_its_refusal_expired(tmp_path, items, monkeypatch):
-    """Filters that arrive before the catalog (a service started empty) must not leave the key unindexed for good:
-    its refusal holds for RETRY_AFTER_S (searches meanwhile do not look again), then the next filter does."""
+def test_a_filter_that_matches_nothing_is_not_looked_at_and_a_refusal_expires(tmp_path, items, monkeypatch):
+    """Filters that arrive before the catalog (a service started empty) match nothing, so their key is not looked at;
+    once items hold it, the next filter on it builds its index. A key refused (its values mix types) is not looked at
+    again for RETRY_AFTER_S, then is, so a catalog whose values were fixed still gets its index."""
     outcomes: list[str] = []
     store = _auto_edge(tmp_path / "edge", on_auto_index=outcomes.append)
     try:
         store.search(query_vector(0), 10, [Equals("color", "red")])  # an empty store: no item holds the key
-        assert store.auto_index.wait(30) and outcomes == ["refused"]
+        assert store.auto_index.wait(30) and outcomes == []
         store.upsert(items(range(20)))
         store.search(query_vector(0), 10, [Equals("color", "red")])
-        assert store.auto_index.wait(30) and outcomes == ["refused"], "looked at again within RETRY_AFTER_S"
+        assert store.auto_index.wait(30) and outcomes == ["built"]
+
+        mixed = [replace(item, metadata={"code": "A7" if i else 7}) for i, item in enumerate(items(range(20, 22)))]
+        store.upsert(mixed)
+        store.search(query_vector(0), 10, [AnyOf("code", ("A7", 7))])
+        assert store.auto_index.wait(30) and outcomes == ["built", "refused"]
+        store.upsert([replace(mixed[0], metadata={"code": "A6"})])  # the catalog's values fixed: strings only
+        store.search(query_vector(0), 10, [AnyOf("code", ("A7", "A6"))])
+        assert store.auto_index.wait(30) and outcomes == ["built", "refused"], "looked at again within RETRY_AFTER_S"
         monkeypatch.setattr(auto_index, "RETRY_AFTER_S", 0.0)  # the refusal has expired
-        store.search(query_vector(0), 10, [Equals("color", "red")])
-        assert store.auto_index.wait(30) and outcomes == ["refused", "built"]
-        assert store.auto_index.indexed == {"color": "keyword"}
+        store.search(query_vector(0), 10, [AnyOf("code", ("A7", "A6"))])
+        assert store.auto_index.wait(30) and outcomes == ["built", "refused", "built"]
+        assert store.auto_index.indexed == {"color": "keyword", "code": "keyword"}
     finally:
         store.close()
 
 
-def test_filters_on_random_keys_build_no_index_and_learned_indexes_are_bounded(tmp_path, items):
-    """Filters are user input: keys no item holds never get an index, and at most the limit are learned in all."""
-    store = _auto_edge(tmp_path / "edge", limit=2)
-    try:
-        store.upsert(items(range(50)))
-        for n in range(300):
-            store.search(query_vector(0), 10, [Equals(f"junk-{n}", "x")])
-        assert store.auto_index.wait(60)
-        assert store.auto_index.indexed == {}
-        for key in LEARNED:
-            store.search(query_vector(0), 10, [Range(key, gte=0)])
-        assert store.auto_index.wait(30)
-        assert len(store.auto_index.indexed) == 2
-    finally:
-        store.close()
-    assert len(edge_indexes(tmp_path / "edge")) == 3
+@pytest.mark.parametrize("kind", ["edge", "server"])
+def test_filters_on_random_keys_are_not_looked_at_and_learned_indexes_are_bounded(kind, tmp_path, items):
+    """Filters are user input: keys no item holds are not even looked at (a look reads every point to find none, so
+    made-up keys in every search kept the store busy), and at most the limit are learned in all."""
+    outcomes: list[str] = []
+    with QdrantRest() as server:
+        store = (
+            _auto_edge(tmp_path / "edge", limit=2, on_auto_index=outcomes.append)
+            if kind == "edge"
+            else RemoteStore.connect(
+                server.url, "items", SCHEMA, indexed_fields={}, auto_index_max=2, on_auto_index=outcomes.append
+            )
+        )
+        try:
+            store.upsert(items(range(50)))
+            for n in range(300):
+                store.search(query_vector(0), 10, [Equals(f"junk-{n}", "x")])
+                store.search(query_vector(0), 10, [Equals("color", "red"), Equals(f"junk-{n}", "x")])
+            assert store.delete_where([Equals("color", "red"), Equals("junk", "x")]) == 0
+            assert store.auto_index.wait(60)
+            assert store.auto_index.indexed == {} and outcomes == []
+            for key in LEARNED:
+                store.search(query_vector(0), 10, [Range(key, gte=0)])
+            assert store.auto_index.wait(30)
+            assert len(store.auto_index.indexed) == 2
+        finally:
+            store.close()
+    if kind == "edge":
+        assert len(edge_indexes(tmp_path / "edge")) == 3
 
 
 def test_learned_indexes_are_kept_across_restarts_while_auto_index_is_on(tmp_path, items):
@@ -309,7 +331,9 @@ def test_settings_turn_auto_index_on_and_report_each_outcome(tmp_path, items, mo
     outcomes: list[str] = []
     store = open_store(Settings(data_dir=tmp_path), SCHEMA, on_auto_index=outcomes.append)
     store.upsert(items(range(20)))
-    store.search(query_vector(0), 10, [Equals("color", "red"), Equals("absent", 1)])
+    store.upsert([replace(item, metadata={"code": "A7" if i else 7}) for i, item in enumerate(items(range(20, 22)))])
+    store.search(query_vector(0), 10, [Equals("color", "red")])
+    store.search(query_vector(0), 10, [AnyOf("code", ("A7", 7))])  # its values mix types
     assert store.auto_index.wait(30)
     store.close()
     assert sorted(outcomes) == ["built", "refused"]
