@@ -15,8 +15,8 @@ How one ranking is made:
    at least MMR_POOL x (k + offset) of them with diversity; the first offset are skipped. Equal scores are in id
    order. With group_by, the candidates widen 4x at a time while fewer than k + offset were picked and the store had
    more, up to MS_MAX_CANDIDATES divided by the number of query items (positive and negative ids): each is scored
-   against every candidate, so the widening bounds the work of a request, not only its candidates (32 + 32 ids
-   widened to 5,000 candidates took 1.5 s, against 0.25 s for one id)."""
+   against every candidate, so the widening bounds the work of a request, not only its candidates (in process at
+   100k items, 32 + 32 ids widened to 5,000 candidates took 2.2 s, one id 0.35 s; now 32 + 32 ids take 0.15 s)."""
 
 from __future__ import annotations
 
