@@ -13,7 +13,14 @@ HEADER = (
 )
 
 
+NO_WRITE = "MS_BENCH_NO_WRITE"
+"""Set (to anything), a bench prints its tables and writes no report: the smoke runs of tests/bench."""
+
+
 def write_section(path: Path, title: str, body: str) -> None:
+    if os.environ.get(NO_WRITE):
+        print(f"{NO_WRITE} is set: {path.name} section {title!r} not written")
+        return
     text = path.read_text() if path.exists() else HEADER
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     section = f"## {title}\n\nMeasured {stamp}.\n\n{body.strip()}\n"
