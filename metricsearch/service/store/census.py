@@ -13,19 +13,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from metricsearch.core.filters import AnyOf, Condition, Equals
-from metricsearch.service.store.payload import is_number, value_kinds
+from metricsearch.service.store.payload import value_kinds
 
 
 def wanted_kinds(condition: Condition) -> set[str]:
-    """The kinds of stored value (payload.value_kinds) a condition can match: a string matches strings, a number
-    numbers (2 equals 2.0), a boolean booleans, a range numbers only."""
+    """The kinds of stored value (payload.value_kinds) a condition can match: those of its own values, since a string
+    matches strings, a number numbers (2 equals 2.0) and a boolean booleans; a range numbers only."""
     if isinstance(condition, Equals):
-        values: Iterable[object] = (condition.value,)
-    elif isinstance(condition, AnyOf):
-        values = condition.values
-    else:
-        return {"float"}
-    return {"bool" if isinstance(v, bool) else "float" if is_number(v) else "keyword" for v in values}
+        return value_kinds(condition.value)
+    if isinstance(condition, AnyOf):
+        return set().union(*map(value_kinds, condition.values))
+    return {"float"}
 
 
 class MetadataCensus:

@@ -165,6 +165,11 @@ def _auto_edge(path, limit: int = 16, indexed_fields=None, **kwargs) -> EdgeStor
     return EdgeStore(path, SCHEMA, optimize_after_writes=0, indexed_fields=fields, auto_index_max=limit, **kwargs)
 
 
+def mixed_codes(items) -> list[StoredItem]:
+    """Two more items whose `code` holds a string in one and a number in the other: a key no index type serves."""
+    return [replace(item, metadata={"code": "A7" if i else 7}) for i, item in enumerate(items(range(20, 22)))]
+
+
 def _filter_everything(store) -> dict[str, list[str]]:
     """Every search of SEARCHES, wide enough to return all matches; {name: ids}."""
     return {
@@ -231,7 +236,7 @@ def test_a_filter_that_matches_nothing_is_not_looked_at_and_a_refusal_expires(tm
         store.search(query_vector(0), 10, [Equals("color", "red")])
         assert store.auto_index.wait(30) and outcomes == ["built"]
 
-        mixed = [replace(item, metadata={"code": "A7" if i else 7}) for i, item in enumerate(items(range(20, 22)))]
+        mixed = mixed_codes(items)
         store.upsert(mixed)
         store.search(query_vector(0), 10, [AnyOf("code", ("A7", 7))])
         assert store.auto_index.wait(30) and outcomes == ["built", "refused"]
@@ -331,7 +336,7 @@ def test_settings_turn_auto_index_on_and_report_each_outcome(tmp_path, items, mo
     outcomes: list[str] = []
     store = open_store(Settings(data_dir=tmp_path), SCHEMA, on_auto_index=outcomes.append)
     store.upsert(items(range(20)))
-    store.upsert([replace(item, metadata={"code": "A7" if i else 7}) for i, item in enumerate(items(range(20, 22)))])
+    store.upsert(mixed_codes(items))
     store.search(query_vector(0), 10, [Equals("color", "red")])
     store.search(query_vector(0), 10, [AnyOf("code", ("A7", 7))])  # its values mix types
     assert store.auto_index.wait(30)
