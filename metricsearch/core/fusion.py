@@ -76,7 +76,12 @@ def fuse(components: Mapping[str, np.ndarray], stats: ComponentStats, weights: M
     )
     if not names:
         return np.zeros(np.shape(next(iter(components.values()))) if components else 0)
-    return np.tensordot(np.array([weights[name] for name in names]), z, axes=1)
+    # One elementwise multiply-add per component, not a BLAS product: BLAS may round a row's sum differently with
+    # its place in the array, and an item's score must not depend on which other candidates came with it.
+    score = weights[names[0]] * z[0]
+    for name, row in zip(names[1:], z[1:], strict=True):
+        score += weights[name] * row
+    return score
 
 
 def _zscore_rows(components: Mapping[str, np.ndarray], stats: ComponentStats) -> tuple[list[str], np.ndarray]:
