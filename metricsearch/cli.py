@@ -265,7 +265,9 @@ def export(
     ] = None,
 ) -> None:
     """Turn a checkpoint into a model bundle (needs the `train` extra: torch)."""
-    from metricsearch.core.bundle import load_bundle
+    from metricsearch.core.bundle import check_bundle_target, load_bundle
+
+    check_bundle_target(bundle, overwrite)
     from metricsearch.export import export_bundle
 
     path = export_bundle(

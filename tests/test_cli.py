@@ -101,7 +101,7 @@ def test_index_names_the_bad_line(tiny_bundle, tmp_path):
 
 def test_export_refuses_to_overwrite(tiny_bundle):
     result = run_cli("export", "--bundle", str(tiny_bundle))
-    assert result.returncode == 1 and "overwrite" in result.stderr
+    assert result.returncode == 1 and "choose another --bundle or pass --overwrite" in result.stderr
 
 
 def test_version_is_the_installed_distribution_s():

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from metricsearch.core.errors import BundleError
+from metricsearch.core.errors import BundleError, ExportError
 
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "bundle.json"
@@ -281,6 +281,15 @@ def check_agreement(bundle: Bundle, floor: float) -> None:
             f"of fp32's top-10 neighbours on {agreement.dataset}, below MS_MIN_NEIGHBOUR_OVERLAP={floor}: "
             "export it with another --precision (fp32 is exact) or lower the floor"
         )
+
+
+def check_bundle_target(folder: Path, overwrite: bool) -> None:
+    """Refuse a folder an export must not write into; torch-free, so `metricsearch export` refuses at once rather
+    than after loading the exporter (10 s)."""
+    if folder.exists() and not folder.is_dir():
+        raise ExportError(f"{folder} exists and is not a folder: choose another --bundle")
+    if folder.is_dir() and any(folder.iterdir()) and not overwrite:
+        raise ExportError(f"{folder} is not empty: choose another --bundle or pass --overwrite to replace it")
 
 
 def write_manifest(manifest: Manifest, folder: Path) -> Path:

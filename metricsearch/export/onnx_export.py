@@ -38,6 +38,7 @@ from metricsearch.core.bundle import (
     LexicalSpec,
     Manifest,
     Provenance,
+    check_bundle_target,
     default_metric,
     load_bundle,
     pooling_metric_problem,
@@ -103,7 +104,7 @@ def export_bundle(
         raise ExportError(problem)
     if rank_k is not None and not tokens:
         raise ExportError("--rank-k applies to pooling 'cov' (truncation) and 'svd', not to mean pooling")
-    _check_target(out_dir, overwrite)
+    check_bundle_target(out_dir, overwrite)
     packaged = model_dir is None
     if packaged:
         model_dir = packaged_model_dir()
@@ -217,13 +218,6 @@ def _quantize_module(precision: str, catalog: Path | None):
 
     quantize.check_request(precision, catalog)
     return quantize
-
-
-def _check_target(out_dir: Path, overwrite: bool) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ExportError(f"{out_dir} exists and is not a folder: choose another --out")
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
-        raise ExportError(f"{out_dir} is not empty: choose another --out or pass --overwrite to replace it")
 
 
 def _load(model_dir: Path) -> SentenceTransformer:
