@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 BUNDLE ?= bundles/all-minilm-l6-v2
 URL ?= http://127.0.0.1:8000
+# make test runs test files on this many workers (pytest-xdist); each file stays on one worker, its fixtures with it.
+TEST_WORKERS ?= 2
 
 .PHONY: serve test lint format bench bundle clean loadtest soak
 
@@ -33,7 +35,7 @@ serve: $(VENV)/.serve-installed $(BUNDLE)/bundle.json
 test: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
