@@ -60,7 +60,7 @@ loadtest: $(VENV)/.dev-installed
 # Long run of the same mix against a local service it starts; fails on any failed request or RSS growth > 10%.
 SOAK_USERS ?= 2
 soak: $(VENV)/.dev-installed $(BUNDLE)/bundle.json
-	$(BIN)/python loadtests/soak.py --duration $(DURATION) --users $(SOAK_USERS) --bundle $(BUNDLE)
+	$(BIN)/python -m loadtests.soak --duration $(DURATION) --users $(SOAK_USERS) --bundle $(BUNDLE)
 
 clean:
 	rm -rf $(VENV) bundles var .pytest_cache .ruff_cache

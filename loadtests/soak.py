@@ -1,8 +1,8 @@
 """Soak test: start a local service on a fresh data dir, run the Locust storefront mix (loadtests/locustfile.py) at
 it for DURATION, sample the service's RSS, and fail when any request failed or RSS grew more than --max-growth
-after the warm-up. `make soak DURATION=10m` runs it.
+after the warm-up. `make soak DURATION=10m` runs it and writes BENCHMARKS.md's "Soak" section.
 
-    .venv/bin/python loadtests/soak.py --duration 10m [--users 2] [--bundle bundles/all-minilm-l6-v2]
+    .venv/bin/python -m loadtests.soak --duration 10m [--users 2] [--bundle bundles/all-minilm-l6-v2]
 
 Locust runs as its own process (it cannot be imported beside the service stack). Reports land in
 loadtests/reports/ (soak_stats.csv, soak.html, soak.json); the last line printed is the verdict. The service's
@@ -11,6 +11,10 @@ RSS is the serving process alone (a background HNSW build runs in a child proces
 The service's two query caches are capped at --cache-mb each for the run: at their defaults (64 and 32 MB) they
 were still filling ten minutes in (+81 MiB, +21.5%; five minutes with both caches off: +3.4%), which the
 RSS check cannot tell from a leak; small, they fill during the warm-up and evict all run long.
+
+RSS is reported split in two: anonymous memory (the heap: Python, the engine, ONNX Runtime) and file-backed pages
+(the engine's memory-mapped segments and WAL). A creep of file-backed pages alone is files being written, which the
+OS may evict; the embedded store's WAL was one until writes flushed the engine (MS_CHECKPOINT_INTERVAL_S).
 """
 
 from __future__ import annotations
@@ -30,8 +34,9 @@ from pathlib import Path
 import httpx
 import psutil
 
+from bench.report import machine, write_section
+
 ROOT = Path(__file__).resolve().parents[1]
-REPORTS = ROOT / "loadtests" / "reports"
 BIN = Path(sys.executable).parent
 
 
@@ -114,23 +119,27 @@ def main() -> int:
         help="MS_ANSWER_CACHE_MB and MS_EMBEDDING_CACHE_MB of the service (unless set in the environment): small, "
         "so the caches are full by the RSS baseline",
     )
+    parser.add_argument(
+        "--reports", type=Path, default=ROOT / "loadtests" / "reports", help="folder of Locust's and the soak's reports"
+    )
     parser.add_argument("--max-growth", type=float, default=0.10, help="largest RSS growth after warm-up")
     parser.add_argument("--warmup", type=float, default=0.1, help="share of the run before the RSS baseline")
     parser.add_argument("--sample-s", type=float, default=5.0, help="seconds between RSS samples")
     args = parser.parse_args()
     run_s = seconds(args.duration)
-    REPORTS.mkdir(parents=True, exist_ok=True)
-    prefix = REPORTS / "soak"
+    reports = args.reports
+    reports.mkdir(parents=True, exist_ok=True)
+    prefix = reports / "soak"
     api_key = os.urandom(16).hex()
 
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         port = free_port()
         service = start_service(
-            args.bundle, Path(tmp) / "data", port, REPORTS / "soak-service.log", api_key, args.cache_mb
+            args.bundle, Path(tmp) / "data", port, reports / "soak-service.log", api_key, args.cache_mb
         )
         url = f"http://127.0.0.1:{port}"
         started = time.monotonic()
-        samples: list[tuple[float, int]] = []
+        samples: list[tuple[float, int, int]] = []  # (seconds, RSS, file-backed RSS) in bytes
         try:
             memory = psutil.Process(service.pid)
             locust = subprocess.Popen(
@@ -153,7 +162,7 @@ def main() -> int:
                     "--csv",
                     str(prefix),
                     "--html",
-                    str(REPORTS / "soak.html"),
+                    str(reports / "soak.html"),
                 ],
                 env={
                     **os.environ,
@@ -162,7 +171,7 @@ def main() -> int:
                     "LOADTEST_NEW_ID_POOL": str(args.new_id_pool),
                 },
                 stdout=subprocess.DEVNULL,
-                stderr=(REPORTS / "soak-locust.log").open("wb"),
+                stderr=(reports / "soak-locust.log").open("wb"),
             )
             deadline = started + run_s + 600  # seeding and stopping included; never unbounded
             items_at_baseline = None
@@ -170,7 +179,8 @@ def main() -> int:
                 if service.poll() is not None:
                     locust.terminate()
                     break
-                samples.append((time.monotonic() - started, memory.memory_info().rss))
+                rss = memory.memory_info()
+                samples.append((time.monotonic() - started, rss.rss, rss.shared))
                 if items_at_baseline is None and samples[-1][0] >= args.warmup * run_s:
                     items_at_baseline = item_count(url)
                 elapsed = int(time.monotonic() - started)
@@ -192,9 +202,12 @@ def main() -> int:
     stats = aggregated(Path(f"{prefix}_stats.csv"))
     requests, failures = int(stats.get("Request Count", 0)), int(stats.get("Failure Count", 0))
     # The baseline is the RSS once warmed up (model loaded, caches filled): the first sample past the warm-up.
-    warm = [rss for t, rss in samples if t >= args.warmup * run_s] or [rss for _, rss in samples]
-    baseline, peak, final = warm[0], max(warm), warm[-1]
+    warm = [sample for sample in samples if sample[0] >= args.warmup * run_s] or samples
+    baseline, peak, final = warm[0][1], max(rss for _, rss, _ in warm), warm[-1][1]
     growth = peak / baseline - 1
+    minutes = max(warm[-1][0] - warm[0][0], 1.0) / 60
+    anon_slope = ((warm[-1][1] - warm[-1][2]) - (warm[0][1] - warm[0][2])) / 2**20 / minutes
+    file_slope = (warm[-1][2] - warm[0][2]) / 2**20 / minutes
     report = {
         "duration_s": run_s,
         "users": args.users,
@@ -207,6 +220,8 @@ def main() -> int:
         "rss_peak_mib": round(peak / 2**20, 1),
         "rss_final_mib": round(final / 2**20, 1),
         "rss_growth": round(growth, 4),
+        "anon_mib_per_min": round(anon_slope, 2),
+        "file_mib_per_min": round(file_slope, 2),
         # The mix's /index adds new items, and each stored item costs memory: growth per added item tells that
         # apart from a leak (reads alone leave RSS flat).
         "items_at_baseline": items_at_baseline,
@@ -218,24 +233,74 @@ def main() -> int:
         "locust_exit": locust.returncode,
         "load_average_1m_at_end": round(os.getloadavg()[0], 2),
     }
-    (REPORTS / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
+    (reports / "soak.json").write_text(json.dumps(report, indent=2) + "\n")
     problems = []
     if requests == 0:
-        problems.append("no requests were made (see loadtests/reports/soak-locust.log)")
+        problems.append(f"no requests were made (see {reports / 'soak-locust.log'})")
     if failures:
-        problems.append(f"{failures} of {requests} requests failed (loadtests/reports/soak_failures.csv)")
+        problems.append(f"{failures} of {requests} requests failed ({reports / 'soak_failures.csv'})")
     if growth > args.max_growth:
         problems.append(f"RSS grew {growth:.1%} after warm-up (limit {args.max_growth:.0%})")
     if not service_alive:
-        problems.append("the service died (loadtests/reports/soak-service.log)")
+        problems.append(f"the service died ({reports / 'soak-service.log'})")
     print(json.dumps(report, indent=2))
     verdict = "FAIL: " + "; ".join(problems) if problems else "PASS"
+    section = _section(args, report, verdict)
+    print(section)
+    write_section(ROOT / "BENCHMARKS.md", "Soak", section)
     print(
         f"soak {verdict}: {requests} requests, {failures} failed, {report['requests_per_s']:.0f} req/s over "
         f"{run_s} s with {args.users} users; RSS {report['rss_baseline_mib']} -> peak {report['rss_peak_mib']} MiB "
         f"({growth:+.1%}) while items went {items_at_baseline} -> {items_at_end}"
     )
     return 1 if problems else 0
+
+
+def _section(args: argparse.Namespace, report: dict, verdict: str) -> str:
+    command = (
+        f"`.venv/bin/python -m loadtests.soak --duration {args.duration} --users {args.users} --bundle "
+        f"{_shown(args.bundle)} --cache-mb {args.cache_mb:g}`"
+    )
+    items = f"{report['items_at_baseline']:,} -> {report['items_at_end']:,}" if report["items_at_end"] else "-"
+    header = [
+        "duration",
+        "requests",
+        "failed",
+        "req/s",
+        "p50 / p99 ms",
+        "RSS after warm-up -> peak (MiB)",
+        "growth",
+        "anonymous MiB/min",
+        "file-backed MiB/min",
+        "items",
+    ]
+    row = [
+        f"{report['duration_s']} s",
+        f"{report['requests']:,}",
+        str(report["failures"]),
+        f"{report['requests_per_s']:.0f}",
+        f"{report['p50_ms']:.0f} / {report['p99_ms']:.0f}",
+        f"{report['rss_baseline_mib']} -> {report['rss_peak_mib']}",
+        f"{report['rss_growth']:+.1%} (limit {args.max_growth:.0%}): {verdict}",
+        f"{report['anon_mib_per_min']:+.2f}",
+        f"{report['file_mib_per_min']:+.2f}",
+        items,
+    ]
+    table = "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header), "| " + " | ".join(row) + " |"])
+    return f"""Command: {command} (`make soak DURATION={args.duration}`) on {machine()}, one run; 1-min load average
+{report["load_average_1m_at_end"]} at the end. The Locust storefront mix (90% by id, 8% by text, 2% small upserts: half
+re-index a seeded item, half add one of {args.new_id_pool} new ids) with {args.users} closed-loop users on
+{args.seed_items:,} seeded items; the query caches capped at {args.cache_mb:g} MB each so they are full by the baseline.
+
+{table}
+
+The two slopes run from the first sample after the warm-up to the last: anonymous memory is the heap (Python, the
+engine, ONNX Runtime); file-backed pages are the engine's memory-mapped segments and WAL, which the OS may evict.
+"""
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 if __name__ == "__main__":

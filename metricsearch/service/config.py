@@ -160,6 +160,13 @@ class Settings(BaseSettings):
         gt=0,
         description="KB of ANN vectors a segment holds unindexed before a build indexes it (brute force until)",
     )
+    checkpoint_interval_s: float = Field(
+        60.0,
+        ge=0,
+        description="seconds between the engine's flushes while writes arrive: a flush lets it drop the WAL it "
+        "covers, which otherwise grows with every write (disk, mapped memory, a restart's replay) until an HNSW "
+        "build; 0 = only at builds and shutdown",
+    )
 
     # --- Qdrant cluster layout (used once, when the service creates its collection on a server)
     qdrant_shards: int | None = Field(

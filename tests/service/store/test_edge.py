@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from qdrant_edge import EdgeShard
 
 from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
 from metricsearch.core.lexical import term_vector
@@ -199,6 +201,25 @@ def test_no_build_below_the_engine_threshold(tmp_path, items):
         assert shard_dirs(tmp_path / "s") == ["shard-1"]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(("interval", "flushed"), [(0.2, True), (0, False)])
+def test_writes_flush_the_engine_every_checkpoint_interval(tmp_path, items, interval, flushed):
+    """A write past the interval flushes: the segments then hold every point without the WAL, which the engine may
+    drop. Without checkpoints (and no build) the WAL alone held them, and grew with every write."""
+    store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=0, checkpoint_interval_s=interval)
+    try:
+        store.upsert(items(range(50)))
+        time.sleep(interval * 1.5)
+        store.upsert(items(range(50, 60)))
+        shutil.copytree(tmp_path / "s" / "shard-1", tmp_path / "copy", ignore=shutil.ignore_patterns("wal"))
+    finally:
+        store.close()
+    copy = EdgeShard.load(str(tmp_path / "copy"))
+    try:
+        assert copy.info().points_count == (60 if flushed else 0)
+    finally:
+        copy.close()
 
 
 def test_failed_build_keeps_the_shard(tmp_path, items, monkeypatch, caplog):
