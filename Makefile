@@ -29,8 +29,10 @@ $(BUNDLE)/bundle.json: | $(VENV)/.serve-installed
 
 bundle: $(BUNDLE)/bundle.json
 
+# Two glibc malloc arenas, as in the image: with one per thread the heap crept ~2 MiB a minute under load
+# (docs/operations.md, "Memory").
 serve: $(VENV)/.serve-installed $(BUNDLE)/bundle.json
-	$(BIN)/metricsearch serve
+	MALLOC_ARENA_MAX=$${MALLOC_ARENA_MAX:-2} $(BIN)/metricsearch serve
 
 test: $(VENV)/.dev-installed
 	$(BIN)/ruff check .
