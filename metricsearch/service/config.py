@@ -163,9 +163,9 @@ class Settings(BaseSettings):
     checkpoint_interval_s: float = Field(
         60.0,
         ge=0,
-        description="seconds between the engine's flushes while writes arrive: a flush lets it drop the WAL it "
-        "covers, which otherwise grows with every write (disk, mapped memory, a restart's replay) until an HNSW "
-        "build; 0 = only at builds and shutdown",
+        description="embedded store: seconds between the engine's flushes while writes arrive; a flush lets it drop "
+        "the WAL it covers, which otherwise keeps every write on disk (and a restart replays it) until an HNSW build; "
+        "0 = only at builds, snapshots and shutdown",
     )
 
     # --- Qdrant cluster layout (used once, when the service creates its collection on a server)

@@ -30,3 +30,15 @@ def serving(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def assert_answered_at_once(latencies: list[float]) -> None:
+    """/healthz probes were not held behind blocked work: nine in ten within 50 ms and none past 0.5 s. The faults
+    these tests guard against held every probe for seconds; a single slow probe is the other test worker sharing
+    the machine's two cores (make test runs two), not the service."""
+    ordered = sorted(latencies)
+    in_ms = [round(s * 1000) for s in ordered]
+    assert ordered[int(0.9 * (len(ordered) - 1))] < 0.05, (
+        f"/healthz p90 over 50 ms across {len(ordered)} probes: {in_ms}"
+    )
+    assert ordered[-1] < 0.5, f"a /healthz probe waited {in_ms[-1]} ms: {in_ms}"

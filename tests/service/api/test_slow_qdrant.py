@@ -9,11 +9,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
-import numpy as np
 import pytest
 
 from metricsearch.service.process import ServiceProcess
 from tests.service.qdrant_rest import QdrantRest
+from tests.service.serving import assert_answered_at_once
 
 HUNG = 16
 TIMEOUT_S = 3
@@ -61,7 +61,7 @@ def test_a_hung_qdrant_never_stalls_liveness_and_requests_recover_without_restar
                 time.sleep(0.005)
             answers = [f.result() for f in hung]
         assert len(latencies) >= 20
-        assert np.percentile(latencies, 99) < 0.05, f"/healthz p99 {np.percentile(latencies, 99) * 1000:.1f} ms"
+        assert_answered_at_once(latencies)
         assert {a.status_code for a in answers} == {503}
         assert all(a.headers["Retry-After"] and qdrant.url in a.json()["detail"] for a in answers)
 

@@ -222,6 +222,25 @@ def test_writes_flush_the_engine_every_checkpoint_interval(tmp_path, items, inte
         copy.close()
 
 
+def test_a_failed_checkpoint_keeps_the_write_and_says_so(tmp_path, items, monkeypatch, caplog):
+    store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=0, checkpoint_interval_s=0.01)
+    try:
+        store.upsert(items(range(5)))
+
+        def disk_full() -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(store, "_flush_shard", disk_full)
+        time.sleep(0.02)
+        with caplog.at_level(logging.WARNING):
+            store.upsert(items(range(5, 10)))
+        assert "checkpoint flush failed" in caplog.text
+        assert store.count() == 10
+    finally:
+        monkeypatch.undo()
+        store.close()
+
+
 def test_failed_build_keeps_the_shard(tmp_path, items, monkeypatch, caplog):
     monkeypatch.setattr(
         edge, "optimizer_command", lambda _: [sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"]
