@@ -13,8 +13,10 @@ were still filling ten minutes in (+81 MiB, +21.5%; five minutes with both cache
 RSS check cannot tell from a leak; small, they fill during the warm-up and evict all run long.
 
 RSS is reported split in two: anonymous memory (the heap: Python, the engine, ONNX Runtime) and file-backed pages
-(the engine's memory-mapped segments and WAL). A creep of file-backed pages alone is files being written, which the
-OS may evict; the embedded store's WAL was one until writes flushed the engine (MS_CHECKPOINT_INTERVAL_S).
+(the engine's memory-mapped segments and WAL, which the OS may evict). Some file-backed growth is expected in a run of
+minutes: the open WAL segment, a 32 MB file, fills until it rotates out after a checkpoint (MS_CHECKPOINT_INTERVAL_S).
+The service runs with MALLOC_ARENA_MAX=2, as the image and `make serve` run it: with glibc's default of an arena per
+thread its heap crept 2-6 MiB a minute (docs/operations.md, "Soak").
 """
 
 from __future__ import annotations
