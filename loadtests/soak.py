@@ -40,6 +40,8 @@ from bench.report import machine, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+MALLOC_ARENAS = "2"
+"""MALLOC_ARENA_MAX of the service unless set in the environment: as the image and `make serve` run it."""
 
 
 def seconds(duration: str) -> int:
@@ -63,7 +65,7 @@ def start_service(
     env = {
         "MS_ANSWER_CACHE_MB": str(cache_mb),
         "MS_EMBEDDING_CACHE_MB": str(cache_mb),
-        "MALLOC_ARENA_MAX": "2",  # as the image and `make serve` run it
+        "MALLOC_ARENA_MAX": MALLOC_ARENAS,
         **os.environ,
         "MS_BUNDLE_DIR": str(bundle),
         "MS_DATA_DIR": str(data_dir),
@@ -294,7 +296,7 @@ def _section(args: argparse.Namespace, report: dict, verdict: str) -> str:
 {report["load_average_1m_at_end"]} at the end. The Locust storefront mix (90% by id, 8% by text, 2% small upserts: half
 re-index a seeded item, half add one of {args.new_id_pool} new ids) with {args.users} closed-loop users on
 {args.seed_items:,} seeded items; the query caches capped at {args.cache_mb:g} MB each so they are full by the baseline;
-MALLOC_ARENA_MAX={os.environ.get("MALLOC_ARENA_MAX", "2")}, as the image and `make serve` run the service.
+MALLOC_ARENA_MAX={os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)}, as the image and `make serve` run the service.
 
 {table}
 

@@ -482,11 +482,13 @@ class EdgeStore:
         self._shard.flush()
         self._flushed_at = time.monotonic()
 
-    def _checkpoint(self) -> None:
-        """A write's periodic flush, under the lock. Without it a store that starts no build (a small catalog, or
-        updates only) kept every write's WAL on disk, 32 MB files a restart replays; each flush holds the GIL for
-        25-114 ms (QDRANT_EDGE.md). The write is in the WAL already, so a failed flush is logged, not raised, and
-        tried again an interval later."""
+    def _checkpoint_if_due(self) -> None:
+        """A write's flush once checkpoint_interval_s passed since the last, under the lock. Without it a store that
+        starts no build (a small catalog, or updates only) kept every write's WAL on disk, 32 MB files a restart
+        replays; each flush holds the GIL for 25-114 ms (QDRANT_EDGE.md). The write is in the WAL already, so a
+        failed flush is logged, not raised, and tried again an interval later."""
+        if not self._checkpoint_interval_s or time.monotonic() - self._flushed_at < self._checkpoint_interval_s:
+            return
         try:
             self._flush_shard()
         except Exception:
@@ -551,8 +553,7 @@ class EdgeStore:
         with self._lock:
             self._shard.update(operation)
             mirror_update()
-            if self._checkpoint_interval_s and time.monotonic() - self._flushed_at >= self._checkpoint_interval_s:
-                self._checkpoint()
+            self._checkpoint_if_due()
         self._applied += 1
         written = self._applied
         if self._journal is not None:
