@@ -141,7 +141,8 @@ def bench_indexing(bundle: Path, items: list[dict], workdir: Path, rounds: int) 
             for start in range(0, len(fresh), 250):
                 client.post("/index", {"items": fresh[start : start + 250]})
             served.append(len(items) / (time.perf_counter() - started))
-        queries = [{"text": i["title"], "k": 10} for i in items[:220]]
+        # 20 warm-ups and 200 timed, the titles taken again from the start when there are fewer items.
+        queries = [{"text": items[n % len(items)]["title"], "k": 10} for n in range(220)]
         timed_requests(client, queries[:20])
         text_latency, _ = timed_requests(client, queries[20:])
     finally:
@@ -300,6 +301,8 @@ def main() -> None:
         "--scale-only", action="store_true", help="only the by-id rows, printed (BENCHMARKS.md is left as it is)"
     )
     args = parser.parse_args()
+    if args.index_items < 1 or args.index_rounds < 1:
+        parser.error("--index-items and --index-rounds must be at least 1")
 
     with tempfile.TemporaryDirectory(prefix="ms-bench-") as tmp:
         workdir = Path(tmp)

@@ -39,7 +39,7 @@ BENCHES = {
     "hybrid_scale": ["--items", "300", "--requests", "3", "--rounds", "1", "--recall-queries", "2"],
     "memory_bench": ["--sizes", "300", "--requests", "5", "--no-write"],
     "costly_requests": ["--items", "300", "--repeats", "1", "--print-only"],
-    "service_bench": ["--sizes", "300", "--requests", "5", "--index-items", "40", "--index-rounds", "1"],
+    "service_bench": ["--sizes", "300", "--requests", "5", "--index-items", "10", "--index-rounds", "1"],
     "rollout_bench": ["--items", "200", "--before", "5", "--after", "5", "--phase-s", "0.5", "--write-batch", "1"],
     "recommend_bench": ["--items", "300", "--requests", "5", "--skip-quality"],
     "durability_bench": ["--seconds", "0.5", "--preload", "100", "--no-write"],
