@@ -229,7 +229,8 @@ def test_second_order_bundles_rank_and_diversify_with_their_own_metric(svd_bundl
 
 def test_group_by_widens_less_the_more_query_items_it_scores(tiny_bundle, tmp_path):
     """In process: each positive and negative id is scored against every candidate, so the widening stops at
-    MS_MAX_CANDIDATES over the number of query items; one id widens to it all."""
+    MS_MAX_CANDIDATES over the number of query items; one id widens to it all, 4x at a time, and straight to it when
+    that is less than 2x further."""
     from metricsearch.core.records import Item
     from metricsearch.core.schemas import SimilarRequest
     from metricsearch.service.catalog import Catalog
@@ -253,5 +254,9 @@ def test_group_by_widens_less_the_more_query_items_it_scores(tiny_bundle, tmp_pa
         )
         assert limits == [8], "16 candidates over 4 query items: no wider than the first search"
         assert len({m.metadata["brand"] for m in four}) == len(four) <= 4
+        limits.clear()
+        # A key no item holds: one group, never 2 results. 2 -> 8 would leave a step of 1.5x to 12: straight to 12.
+        Recommender(catalog, max_candidates=12).answer(SimilarRequest(id="i0", k=2, group_by="no-such-key"))
+        assert limits == [2, 12]
     finally:
         store.close()
