@@ -15,9 +15,9 @@ How one ranking is made:
    at least MMR_POOL x (k + offset) of them with diversity; the first offset are skipped. Equal scores are in id
    order. With group_by, the candidates widen 4x at a time (straight to the most when that is less than 2x further)
    while fewer than k + offset were picked and the store had more, up to MS_MAX_CANDIDATES divided by the number of
-   query items (positive and negative ids): each is scored
-   against every candidate, so the widening bounds the work of a request, not only its candidates (in process at
-   100k items, 32 + 32 ids widened to 5,000 candidates took 2.2 s, one id 0.35 s; now 32 + 32 ids take 0.15 s)."""
+   query items (positive and negative ids): each is scored against every candidate, so the widening bounds the work
+   of a request, not only its candidates (in process at 100k items, 32 + 32 ids widened to 5,000 candidates took
+   2.2 s, one id 0.35 s; now 32 + 32 ids take 0.15 s)."""
 
 from __future__ import annotations
 
@@ -189,8 +189,9 @@ class Recommender:
 
 
 def _wider(limit: int, widest: int) -> int:
-    """The next candidate count: WIDEN times as many, or the widest where that would leave less than a doubling to it
-    (a last search of nearly as many candidates as the one before, a fourth of the work of the worst request)."""
+    """The next candidate count: WIDEN times as many, or the widest where that would leave less than a doubling to it.
+    A last search of nearly as many candidates as the one before was about a fourth of the costliest request's work
+    (BENCHMARKS.md, "Costly requests")."""
     wider = limit * WIDEN
     return widest if 2 * wider > widest else wider
 
