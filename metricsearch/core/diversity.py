@@ -43,17 +43,10 @@ def select(
     n = len(relevance)
     order = scoring.top_k(np.asarray(relevance, dtype=np.float64), n)  # best first, ties in input order
     codes = _group_codes(groups, order)
+    if diversity == 0:  # the greedy pass in one go: a candidate is picked when fewer than group_size came before it
+        return order[np.flatnonzero(_rank_in_group(codes) < group_size)[:want]].tolist()
     counts = np.zeros(codes.max() + 1 if n else 0, dtype=np.int64)
     picked: list[int] = []
-    if diversity == 0:
-        for position, index in enumerate(order):
-            if len(picked) == want:
-                break
-            if counts[codes[position]] < group_size:
-                counts[codes[position]] += 1
-                picked.append(int(index))
-        return picked
-
     ranked = np.asarray(relevance, dtype=np.float64)[order]
     span = ranked[0] - ranked[-1] if n else 0.0
     scaled = (ranked - ranked[-1]) / span if span > EPS else np.zeros(n)
@@ -71,6 +64,17 @@ def select(
             open_ &= codes != code
         nearest = np.maximum(nearest, np.asarray(similarity_to(index), dtype=np.float64)[order])
     return picked
+
+
+def _rank_in_group(codes: np.ndarray) -> np.ndarray:
+    """How many candidates of the same group come before each one."""
+    by_group = np.argsort(codes, kind="stable")
+    sorted_codes = codes[by_group]
+    first = np.flatnonzero(np.r_[True, sorted_codes[1:] != sorted_codes[:-1]])  # where each group's run starts
+    run_start = np.repeat(first, np.diff(np.r_[first, len(codes)]))
+    rank = np.empty(len(codes), dtype=np.int64)
+    rank[by_group] = np.arange(len(codes)) - run_start
+    return rank
 
 
 def _group_codes(groups: Sequence[Hashable] | None, order: np.ndarray) -> np.ndarray:
