@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bench.data import DATA, abt_buy, write_catalog_match
-from bench.report import machine, write_section
+from bench.report import machine, shown_path, write_section
 from bench.train_bench import MAIN_OPTIONS, sts_pairs, without, write_training_catalog
 from metricsearch.core.errors import MetricSearchError
 from metricsearch.core.second_order import FULL_RANK_CAP
@@ -321,11 +321,6 @@ def preamble(args, command: str, load: tuple[float, ...], minutes: float, models
         "item. Results, ranks and plots (rank histogram, HR@k curve) are written to a folder per task under "
         f"`{shown_path(args.out)}/`; compare runs with `metricsearch evaluate --compare FOLDER --compare FOLDER`.",
     ]
-
-
-def shown_path(path: Path) -> Path:
-    """A path as the report shows it: relative to the project when inside it."""
-    return path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
 
 
 def not_measured(skipped: list[str]) -> list[str]:

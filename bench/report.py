@@ -13,6 +13,7 @@ HEADER = (
 )
 
 
+ROOT = Path(__file__).resolve().parents[1]
 NO_WRITE = "MS_BENCH_NO_WRITE"
 """Set (to anything), a bench prints its tables and writes no report: the smoke runs of tests/bench."""
 
@@ -27,6 +28,11 @@ def write_section(path: Path, title: str, body: str) -> None:
     pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
     path.write_text(text.rstrip() + "\n")
+
+
+def shown_path(path: Path) -> Path:
+    """A path as a report shows it: relative to the project when inside it."""
+    return path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
 
 
 def machine() -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bench.report import machine, write_section
+from bench.report import machine, shown_path, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -264,7 +264,7 @@ def main() -> int:
 def _section(args: argparse.Namespace, report: dict, verdict: str) -> str:
     command = (
         f"`.venv/bin/python -m loadtests.soak --duration {args.duration} --users {args.users} --bundle "
-        f"{_shown(args.bundle)} --cache-mb {args.cache_mb:g}`"
+        f"{shown_path(args.bundle)} --cache-mb {args.cache_mb:g}`"
     )
     items = f"{report['items_at_baseline']:,} -> {report['items_at_end']:,}" if report["items_at_end"] else "-"
     header = [
@@ -303,10 +303,6 @@ MALLOC_ARENA_MAX={os.environ.get("MALLOC_ARENA_MAX", MALLOC_ARENAS)}, as the ima
 The two slopes run from the first sample after the warm-up to the last: anonymous memory is the heap (Python, the
 engine, ONNX Runtime); file-backed pages are the engine's memory-mapped segments and WAL, which the OS may evict.
 """
-
-
-def _shown(path: Path) -> str:
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 if __name__ == "__main__":
