@@ -76,3 +76,7 @@ def test_bench_runs_end_to_end(name, tiny_bundle, bench_data, tmp_path):
     assert run.returncode == 0, f"{module} failed:\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
     assert "|---" in run.stdout, f"{module} printed no table:\n{run.stdout[-2000:]}"
     assert {path: path.read_bytes() for path in reports} == reports, "a smoke run must leave the reports alone"
+    if name == "soak":  # every RSS sample lands in the CSV, one row each after the header
+        samples = (tmp_path / "reports" / "soak_rss.csv").read_text().splitlines()
+        assert samples[0] == "seconds,rss_mib,anonymous_mib,file_backed_mib"
+        assert len(samples) > 10, samples
