@@ -111,6 +111,9 @@ class Settings(BaseSettings):
     max_query_body_bytes: int = Field(
         1024 * 1024, gt=0, description="bytes in one /similar request body (413 beyond, before parsing)"
     )
+    max_batch_query_body_bytes: int = Field(
+        4 * 1024 * 1024, gt=0, description="bytes in one /similar/batch request body (413 beyond, before parsing)"
+    )
     max_batch_items: int = Field(1000, gt=0, description="items in one /index request (413 beyond)")
     max_title_chars: int = Field(1000, gt=0, description="characters in a title (413 beyond)")
     max_description_chars: int = Field(

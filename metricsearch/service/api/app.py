@@ -78,6 +78,7 @@ def create_app(runtime: Runtime) -> FastAPI:
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
         max_query_bytes=settings.max_query_body_bytes,
+        max_batch_query_bytes=settings.max_batch_query_body_bytes,
     )
     if settings.cors_origins:
         # Closed unless origins are listed: a browser page elsewhere may then call the API, never with cookies.

@@ -22,11 +22,12 @@ ITEMS = [
     {"id": "b", "title": "blue cotton shirt", "description": "soft", "metadata": {"brand": "acme", "n": 2}},
 ]
 QUERY_BODY_LIMIT = 64 * 1024
+BATCH_BODY_LIMIT = 256 * 1024
 
 
 @pytest.fixture(scope="module")
 def service(tiny_bundle, tmp_path_factory):
-    env = {"MS_MAX_QUERY_BODY_BYTES": str(QUERY_BODY_LIMIT)}
+    env = {"MS_MAX_QUERY_BODY_BYTES": str(QUERY_BODY_LIMIT), "MS_MAX_BATCH_QUERY_BODY_BYTES": str(BATCH_BODY_LIMIT)}
     process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("bad-input") / "data", env)
     process.start()
     with process.client() as client:
@@ -204,6 +205,20 @@ def test_a_query_body_over_its_cap_is_413_declared_or_streamed(client):
     assert client.post("/index", json={"items": items}).status_code == 200
     for n in range(4):
         assert client.delete(f"/items/cap{n}").status_code == 204
+
+
+def test_a_batch_body_over_its_cap_is_413_and_one_under_it_is_answered(client):
+    """/similar/batch has its own cap, between the query's and the general one: a batch of large filters parsed on the
+    event loop held every other request up to the general 32 MB cap."""
+    query = {"id": "a", "k": 1, "exclude_ids": [f"{n:0>250}" for n in range(200)]}  # about 51 KB each
+    over = json.dumps({"queries": [query] * 6}).encode()
+    assert BATCH_BODY_LIMIT < len(over) < 8 * BATCH_BODY_LIMIT
+    assert_refused(client, post_raw(client, "/similar/batch", over), 413, "MS_MAX_BATCH_QUERY_BODY_BYTES")
+    under = json.dumps({"queries": [query] * 4}).encode()
+    assert QUERY_BODY_LIMIT < len(under) < BATCH_BODY_LIMIT  # over /similar's cap: the batch's own applies
+    answers = post_raw(client, "/similar/batch", under)
+    assert answers.status_code == 200, answers.text
+    assert [len(answer["results"]) for answer in answers.json()["answers"]] == [1] * 4
 
 
 def raw_post(port: int, path: str, body: bytes) -> int:
