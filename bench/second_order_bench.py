@@ -407,6 +407,7 @@ def recall_section(args, workdir: Path) -> str:
             {},
             stored[it.id].content_hash,
             {ANN_VECTOR: stored[it.id].vectors[ANN_VECTOR]},
+            stored[it.id].sparse,  # the same analyzer's terms: both bundles fuse lexical scores as exported
         )
         for it in items
     ]
@@ -469,7 +470,8 @@ def recall_section(args, workdir: Path) -> str:
             f"{np.mean(shares):.4f} of sum s^4 on average (minimum {np.min(shares):.4f}).",
             "",
             f"/similar by id through HTTP, {args.requests} sequential requests, k = 10, the same {n:,} items "
-            "(the first-order store holds the same mean vectors):",
+            "(the first-order store holds the same mean vectors and the same lexical vectors; both bundles as "
+            "exported by default, fused with lexical scores):",
             "",
             *lat,
             "",
