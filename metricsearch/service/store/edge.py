@@ -285,9 +285,12 @@ class EdgeStore:
         keys = [uuid.UUID(pid).int for pid in ids]
 
         def mirror() -> None:
+            # The census loses the replaced items' metadata and counts each point's last item once (an id given
+            # twice is one point, as in the mirrors).
+            self._census.remove(entry.metadata for entry in self._mirror.entries(list(dict.fromkeys(keys))))
+            self._census.add(it.metadata for it in dict(zip(keys, items, strict=True)).values())
             self._mirror.put(keys, listings, vectors)
             self._terms.put(keys, [it.sparse for it in items])
-            self._census.add(it.metadata for it in items)
 
         with self._write_lock:
             written = self._apply(UpdateOperation.upsert_points(points), len(points), mirror)
@@ -333,7 +336,9 @@ class EdgeStore:
         return len(found)
 
     def _forget(self, keys: list[int]) -> None:
-        """Deleted points leave both in-RAM copies (vectors and terms) with the write that deletes them."""
+        """Deleted points leave both in-RAM copies (vectors and terms), and the census, with the write that deletes
+        them."""
+        self._census.remove(entry.metadata for entry in self._mirror.entries(keys))
         self._mirror.remove(keys)
         self._terms.remove(keys)
 

@@ -75,6 +75,11 @@ class VectorMirror(Generic[Entry]):
                 self._entries[row] = None  # an entry may be large (metadata): do not keep it alive
                 self._free.append(row)
 
+    def entries(self, ids: Sequence[Hashable]) -> list[Entry]:
+        """The entries of those of `ids` that are held, without their vectors."""
+        rows = self._rows
+        return [self._entries[rows[i]] for i in ids if i in rows]
+
     def take(self, ids: Sequence[Hashable]) -> tuple[list[Entry], dict[str, np.ndarray]]:
         """The entries and (len(ids), size) vector copies of point `ids`; KeyError for an id never put."""
         rows = [self._rows[i] for i in ids]
