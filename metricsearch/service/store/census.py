@@ -46,9 +46,10 @@ class MetadataCensus:
                 held = self._kinds.get(key)
                 if held is None:
                     continue
-                held.subtract(value_kinds(value))
-                for kind in [kind for kind, count in held.items() if count <= 0]:
-                    del held[kind]
+                for kind in value_kinds(value) & held.keys():
+                    held[kind] -= 1
+                    if not held[kind]:
+                        del held[kind]
                 if not held:
                     del self._kinds[key]
 

@@ -287,8 +287,9 @@ class EdgeStore:
         def mirror() -> None:
             # The census loses the replaced items' metadata and counts each point's last item once (an id given
             # twice is one point, as in the mirrors).
-            self._census.remove(entry.metadata for entry in self._mirror.entries(list(dict.fromkeys(keys))))
-            self._census.add(it.metadata for it in dict(zip(keys, items, strict=True)).values())
+            latest = dict(zip(keys, items, strict=True))
+            self._census.remove(entry.metadata for entry in self._mirror.entries(list(latest)))
+            self._census.add(it.metadata for it in latest.values())
             self._mirror.put(keys, listings, vectors)
             self._terms.put(keys, [it.sparse for it in items])
 
