@@ -55,4 +55,4 @@ class MetadataCensus:
 
     def matches_nothing(self, conditions: Sequence[Condition]) -> bool:
         """Whether no stored item can meet all the conditions: one of them wants a kind its key does not hold."""
-        return any(not wanted_kinds(c) & self._kinds.get(c.key, {}).keys() for c in conditions)
+        return any(c.key not in self._kinds or not wanted_kinds(c) & self._kinds[c.key].keys() for c in conditions)

@@ -9,11 +9,13 @@ from dataclasses import replace
 import pytest
 
 from metricsearch.core.errors import InvalidInputError
-from metricsearch.service.store import EdgeStore
+from metricsearch.service.store import EdgeStore, edge
 from metricsearch.service.store.base import AnyOf, Equals, Range
 from metricsearch.service.store.census import MetadataCensus, wanted_kinds
 from tests.service.store.conftest import SCHEMA
 from tests.service.store.test_congruence import query_vector
+
+real_filter = edge._filter
 
 
 class CountingShard:
@@ -95,8 +97,10 @@ def test_replacing_and_deleting_items_take_their_kinds_out_of_the_census(tmp_pat
         store.close()
 
 
-def test_a_filter_no_kind_held_can_match_never_reaches_the_engine(tmp_path, items):
+def test_a_filter_no_kind_held_can_match_never_reaches_the_engine(tmp_path, items, monkeypatch):
     store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
+    built = []
+    monkeypatch.setattr(edge, "_filter", lambda *args: built.append(args) or real_filter(*args))
     try:
         store.upsert(items(range(30)))
         shard = counted(store)
@@ -104,6 +108,10 @@ def test_a_filter_no_kind_held_can_match_never_reaches_the_engine(tmp_path, item
             assert store.search(query_vector(0), 10, nothing).ids == []
             assert store.delete_where(nothing) == 0
         assert shard.calls == 0
+        built.clear()
+        numbers = [AnyOf(f"made-up-{n}", tuple(range(15))) for n in range(64)]
+        assert store.search(query_vector(0), 10, numbers).ids == []
+        assert not built, "a search that can match nothing builds no engine filter (about 18 us a number)"
         found = store.search(query_vector(0), 10, [Equals("color", "red"), Equals("new", True)])
         assert shard.calls == 1 and found.ids and found.vectors["title"].shape == (len(found.ids), 8)
         empty = store.search(query_vector(0), 10, [Equals("colour", "red")])
