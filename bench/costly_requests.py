@@ -125,7 +125,8 @@ def main() -> None:
 ({(time.time() - started) / 60:.0f} min on {machine()}, CPU only, shared). Bundle `{args.bundle.name}`; {args.items:,}
 synthetic items (metadata `bucket`: 10 values), embedded store, HNSW; answer cache off; one request at a time, the
 kinds interleaved. Each body holds one option at its documented limit (docs/api.md, "Limits"); the made-up keys are
-held by no item.
+held by no item. `bucket` has a payload index (learned from its first filter): a filter on held keys without one
+costs the engine a check of every point, up to seconds at 100k items (docs/operations.md, "Indexed filters").
 
 | request | body bytes | p50 ms | max ms | p50 / plain |
 |---|---:|---:|---:|---:|
