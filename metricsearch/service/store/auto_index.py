@@ -6,7 +6,8 @@ Filters are user input, so what a client can make the store do is bounded. The s
 matched an item, so every key looked at is held: a look at a key no item holds reads every point to find none
 (150 ms at 100k points, under the embedded store's lock), and filters on new made-up keys in every search kept the
 store busy. A key is indexed only when stored items hold it, all with one type (a key holding strings and numbers
-gets none: an index of one type would serve only part of its filters), at most `limit` learned indexes in all, and
+gets none: an index of one type would serve only part of its filters), at most `limit` learned indexes in all (a
+key filtered on after that is warned of once: nothing else would say its filters check every point for good), and
 at most _QUEUED keys wait for a look at the data at a time (one worker; a key turned away is looked at again on a
 later search). A key refused or whose build failed is remembered (the last _REMEMBERED of them) for RETRY_AFTER_S,
 so it is not tried again on every search, but is once that time passed: a key refused before items held it (a
@@ -54,6 +55,7 @@ class AutoIndex:
         self._learned = 0
         self._queued: set[str] = set()
         self._refused: OrderedDict[str, float] = OrderedDict()  # key: when it was refused (time.monotonic)
+        self._over_limit: OrderedDict[str, None] = OrderedDict()  # keys warned of once the limit was reached
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="auto-index")
         self._idle = threading.Condition(self._lock)
 
@@ -75,16 +77,39 @@ class AutoIndex:
         never blocks."""
         if not conditions:  # most searches: no lock taken on the hot path
             return
+        unserved = []
         with self._lock:
             if self._indexed is None:
                 return
             for key in {c.key for c in conditions}:
                 if key in self._indexed or key in self._queued or self._refused_lately(key):
                     continue
+                if self._learned >= self._limit:
+                    if key not in self._over_limit:
+                        self._over_limit[key] = None
+                        if len(self._over_limit) > _REMEMBERED:
+                            self._over_limit.popitem(last=False)
+                        unserved.append(key)
+                    continue
                 if self._learned + len(self._queued) >= self._limit or len(self._queued) >= _QUEUED:
-                    return
+                    break
                 self._queued.add(key)
                 self._worker.submit(self._learn, key)
+        for key in unserved:
+            self._warn_over_limit(key)
+
+    def _warn_over_limit(self, key: str) -> None:
+        """Once per key: its filters run without an index for good, each a check of every point (seconds at 100k
+        items), and nothing else would tell."""
+        logger.warning(
+            "%s: filters on metadata.%s run without a payload index: no more automatic indexes are built "
+            "(MS_AUTO_INDEX_MAX=%d reached); declare it in MS_INDEXED_FIELDS",
+            self._where,
+            key,
+            self._limit,
+            extra={"key": key},
+        )
+        self._on_outcome("over_limit")
 
     def _refused_lately(self, key: str) -> bool:
         """Whether the key was refused (or failed) less than RETRY_AFTER_S ago; forgets an older refusal."""

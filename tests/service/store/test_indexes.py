@@ -252,10 +252,11 @@ def test_a_filter_that_matches_nothing_is_not_looked_at_and_a_refusal_expires(tm
 
 
 @pytest.mark.parametrize("kind", ["edge", "server"])
-def test_filters_on_random_keys_are_not_looked_at_and_learned_indexes_are_bounded(kind, tmp_path, items):
+def test_filters_on_random_keys_are_not_looked_at_and_learned_indexes_are_bounded(kind, tmp_path, items, caplog):
     """Filters are user input: keys no item holds are not even looked at (a look reads every point to find none, so
     made-up keys in every search kept the store busy), and at most the limit are learned in all."""
     outcomes: list[str] = []
+    caplog.set_level(logging.WARNING, logger=auto_index.__name__)
     with QdrantRest() as server:
         store = (
             _auto_edge(tmp_path / "edge", limit=2, on_auto_index=outcomes.append)
@@ -276,6 +277,12 @@ def test_filters_on_random_keys_are_not_looked_at_and_learned_indexes_are_bounde
                 store.search(query_vector(0), 10, [Range(key, gte=0)])
             assert store.auto_index.wait(30)
             assert len(store.auto_index.indexed) == 2
+            # A key past the limit is unindexed for good: said once (log and metric), not on every search.
+            unserved = next(k for k, t in LEARNED.items() if t == "float" and k not in store.auto_index.indexed)
+            for _ in range(3):
+                store.search(query_vector(0), 10, [Range(unserved, gte=0)])
+            warned = [r.key for r in caplog.records if "MS_INDEXED_FIELDS" in r.getMessage()]
+            assert unserved in warned and len(warned) == len(set(warned)) == outcomes.count("over_limit")
         finally:
             store.close()
     if kind == "edge":
