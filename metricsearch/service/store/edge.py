@@ -377,11 +377,11 @@ class EdgeStore:
         exclude_ids: Sequence[str] = (),
         lexical: Mapping[str, SparseVector] | None = None,
     ) -> SearchResult:
+        for condition in conditions:  # a key that cannot be filtered on is refused, whether an item holds it or not
+            metadata_path(condition.key)
         # A few excluded ids (a by-id query's own item) are dropped from the hits of a search that asks for as many
         # more, not filtered out: a must_not filter costs the engine more than those few candidates do. The nearest
         # are then cut back to `limit`; a union keeps the few more it may hold (base.Store.search).
-        for condition in conditions:  # a key that cannot be filtered on is refused, whether an item holds it or not
-            metadata_path(condition.key)
         dropped = set(self.points(exclude_ids)) if len(exclude_ids) <= DROPPED_MAX else set()
         extra = len(dropped)
         dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
