@@ -117,12 +117,12 @@ def recobert_score(
 def top_k(scores: np.ndarray, k: int, ids: Sequence[str] | None = None) -> np.ndarray:
     """Indices of the k best scores, best first; ties in `ids` order when given (an answer that does not depend on
     the order the store returned candidates in, which a restored or rebuilt index changes), else in input order."""
-    if ids is None:
-        return np.argsort(-scores, kind="stable")[:k]
     shortlist = np.arange(len(scores))
     if k < len(scores):  # only the scores tied with the k-th best or better can be among the k: sort those alone
         kth = np.partition(-scores, k - 1)[k - 1]
         if not np.isnan(kth):
             shortlist = np.flatnonzero(-scores <= kth)
+    if ids is None:
+        return shortlist[np.argsort(-scores[shortlist], kind="stable")[:k]]
     order = np.lexsort((np.asarray([ids[i] for i in shortlist]), -scores[shortlist]))
     return shortlist[order[:k]]

@@ -1,13 +1,15 @@
 """Payload indexes learned from filters (MS_AUTO_INDEX), for both stores: the first filter on a metadata key without
 an index schedules one background build, typed from the stored values, so later filters on it stop checking every
-point (docs/operations.md, "Indexed filters"). The filtered search itself never waits: it runs unindexed as before.
+point (a Qdrant server) or being answered from the census, an exact search over the items they keep (the embedded
+store: census.py), and go to the engine's index (docs/operations.md, "Indexed filters"). The filtered search itself
+never waits: it runs unindexed as before.
 
 Filters are user input, so what a client can make the store do is bounded. The stores report only filters that
 matched an item, so every key looked at is held: a look at a key no item holds reads every point to find none
 (150 ms at 100k points, under the embedded store's lock), and filters on new made-up keys in every search kept the
 store busy. A key is indexed only when stored items hold it, all with one type (a key holding strings and numbers
 gets none: an index of one type would serve only part of its filters), at most `limit` learned indexes in all (a
-key filtered on after that is warned of once: nothing else would say its filters check every point for good), and
+key filtered on after that is warned of once: nothing else would say its filters stay unindexed for good), and
 at most _QUEUED keys wait for a look at the data at a time (one worker; a key turned away is looked at again on a
 later search). A key refused or whose build failed is remembered (the last _REMEMBERED of them) for RETRY_AFTER_S,
 so it is not tried again on every search, but is once that time passed: a key refused before items held it (a
@@ -99,8 +101,8 @@ class AutoIndex:
             self._warn_over_limit(key)
 
     def _warn_over_limit(self, key: str) -> None:
-        """Once per key: its filters run without an index for good, each a check of every point (seconds at 100k
-        items), and nothing else would tell."""
+        """Once per key: its filters run without an index for good (on a Qdrant server, each a check of every point:
+        seconds at 100k items), and nothing else would tell."""
         logger.warning(
             "%s: filters on metadata.%s run without a payload index: no more automatic indexes are built "
             "(MS_AUTO_INDEX_MAX=%d reached); declare it in MS_INDEXED_FIELDS",

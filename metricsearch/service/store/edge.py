@@ -60,6 +60,7 @@ from qdrant_edge import (
     QueryRequest,
     RangeFloat,
     ScrollRequest,
+    SearchParams,
     UpdateOperation,
 )
 from qdrant_edge import Fusion as EdgeFusion
@@ -69,7 +70,7 @@ from metricsearch.core.errors import InvalidInputError, StoreMismatchError, Stor
 from metricsearch.core.lexical import SparseVector
 from metricsearch.core.records import point_id
 from metricsearch.service.config import Settings
-from metricsearch.service.store import base
+from metricsearch.service.store import base, exact
 from metricsearch.service.store.atomic import fsync_tree, written_whole
 from metricsearch.service.store.auto_index import AutoIndex
 from metricsearch.service.store.base import (
@@ -82,7 +83,7 @@ from metricsearch.service.store.base import (
     StoredItem,
     VectorSchema,
 )
-from metricsearch.service.store.census import MetadataCensus
+from metricsearch.service.store.census import MetadataCensus, served_by_indexes
 from metricsearch.service.store.mirror import VectorMirror
 from metricsearch.service.store.payload import (
     any_of_parts,
@@ -90,6 +91,7 @@ from metricsearch.service.store.payload import (
     from_payload,
     is_number,
     listing,
+    metadata_indexes,
     metadata_path,
     one_of_numbers,
     sparse_lists,
@@ -110,6 +112,13 @@ DROPPED_MAX = 16
 points a must_not has_id filter cost 0.3 ms of a 1.2 ms dense search (0.45 ms with a lexical prefetch), where a
 candidate more costs about 0.03 ms to read and rerank (BENCHMARKS.md "Candidates: recall and cost")."""
 
+EXACT_FILTERED_MAX = 20_000
+"""A search whose filter keeps at most this many points (the census counts them) compares each of them, through the
+filter's payload indexes, rather than walking the HNSW graph: past the engine's own full-scan threshold (about 3,300
+points of 768 floats) the walk meets too few of the points a filter keeps. At 100k synthetic items, limit 100, a
+filter keeping 10% / 20% / 50% found 0.22 / 0.37 / 0.56 of its exact 100 nearest by the walk (4.0-5.5 ms; 0.78
+unfiltered), and all of them compared in 8.5 / 12.2 ms for 10% / 20%. The cost grows with the points kept, hence the
+bound (BENCHMARKS.md, "Filtered search")."""
 _FORMAT = 1
 _NO_GRAPH = HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
 """For vectors only read back for reranking: no HNSW graph, a third less build time (20k x 2 x 384: 15 s, not 23)."""
@@ -137,6 +146,11 @@ class EdgeStore:
     those learned before (auto_index.py; None: off, undeclared indexes are dropped)."""
 
     lexical_in_process = True  # lexical_scores: the term mirror (store/terms.py)
+    exhaustive_max = EXACT_FILTERED_MAX
+    """Filtered searches keeping at most this many points compare each of them (EXACT_FILTERED_MAX)."""
+    census_filters = True
+    """Whether filters no payload index serves are answered from the census; False sends every filter to the engine,
+    as before the census was kept (bench.filtered_search measures both)."""
 
     def __init__(
         self,
@@ -201,6 +215,7 @@ class EdgeStore:
             indexed = self._sync_indexes(indexed_fields, keep_learned=auto_index_max is not None)
             if auto_index_max is not None:
                 self.auto_index.known(indexed, indexed_fields)
+        self._payload_indexes = self._read_payload_indexes()
         self._mirror, self._terms, self._census = self._load_mirrors()
 
     @classmethod
@@ -288,9 +303,10 @@ class EdgeStore:
             # The census loses the replaced items' metadata and counts each point's last item once (an id given
             # twice is one point, as in the mirrors).
             latest = dict(zip(keys, items, strict=True))
-            self._census.remove(entry.metadata for entry in self._mirror.entries(list(latest)))
-            self._census.add(it.metadata for it in latest.values())
+            replaced = list(latest)
+            self._census.remove(self._mirror.rows(replaced), [e.metadata for e in self._mirror.entries(replaced)])
             self._mirror.put(keys, listings, vectors)
+            self._census.add(self._mirror.rows(replaced), [it.metadata for it in latest.values()])
             self._terms.put(keys, [it.sparse for it in items])
 
         with self._write_lock:
@@ -339,28 +355,22 @@ class EdgeStore:
     def _forget(self, keys: list[int]) -> None:
         """Deleted points leave both in-RAM copies (vectors and terms), and the census, with the write that deletes
         them."""
-        self._census.remove(entry.metadata for entry in self._mirror.entries(keys))
+        self._census.remove(self._mirror.rows(keys), [entry.metadata for entry in self._mirror.entries(keys)])
         self._mirror.remove(keys)
         self._terms.remove(keys)
 
     def delete_where(self, conditions: Sequence[Condition]) -> int:
-        where = _filter(conditions, ())
-        if where is None:
+        if not conditions:
             raise InvalidInputError("a delete by filter needs at least one condition")
+        for condition in conditions:  # a key that cannot be filtered on is refused, whether an item holds it or not
+            metadata_path(condition.key)
         deleted = written = 0
         with self._write_lock:
-            while not self._census.matches_nothing(conditions):  # else every point would be checked, to find none
-                with self._lock:
-                    records, _ = self._shard.scroll(
-                        ScrollRequest(limit=base.DELETE_PAGE, filter=where, with_payload=False, with_vector=False)
-                    )
-                found = [str(r.id) for r in records]
-                if not found:
-                    break
+            for found in self._pages_to_delete(conditions):
                 written = self._apply(
-                    UpdateOperation.delete_points(found),
+                    UpdateOperation.delete_points([str(p) for p in found]),
                     len(found),
-                    functools.partial(self._forget, [r.id.int for r in records]),
+                    functools.partial(self._forget, [p.int for p in found]),
                 )
                 deleted += len(found)
         if written:
@@ -368,6 +378,25 @@ class EdgeStore:
         if deleted:  # a filter that matched: its keys are held, so an index on them can serve it
             self.auto_index.saw(conditions)
         return deleted
+
+    def _pages_to_delete(self, conditions: Sequence[Condition]) -> Iterator[list[uuid.UUID]]:
+        """The points meeting the conditions, a page at a time: by the engine where payload indexes serve the filter
+        (each page read after the one before it was deleted), else all at once from the census, since the engine would
+        read every point's payload for each page."""
+        if self.census_filters and not served_by_indexes(conditions, self._payload_indexes):
+            with self._lock:
+                points = self._mirror.points_at(self._census.matching(conditions))
+            for start in range(0, len(points), base.DELETE_PAGE):
+                yield [uuid.UUID(int=p) for p in points[start : start + base.DELETE_PAGE]]
+            return
+        where = _filter(conditions, ())
+        request = ScrollRequest(limit=base.DELETE_PAGE, filter=where, with_payload=False, with_vector=False)
+        while not self._census.matches_nothing(conditions):  # else every point would be checked, to find none
+            with self._lock:
+                records, _ = self._shard.scroll(request)
+            if not records:
+                return
+            yield [r.id for r in records]
 
     def search(
         self,
@@ -379,36 +408,22 @@ class EdgeStore:
     ) -> SearchResult:
         for condition in conditions:  # a key that cannot be filtered on is refused, whether an item holds it or not
             metadata_path(condition.key)
-        # A few excluded ids (a by-id query's own item) are dropped from the hits of a search that asks for as many
-        # more, not filtered out: a must_not filter costs the engine more than those few candidates do. The nearest
-        # are then cut back to `limit`; a union keeps the few more it may hold (base.Store.search).
-        dropped = set(self.points(exclude_ids)) if len(exclude_ids) <= DROPPED_MAX else set()
-        extra = len(dropped)
-        dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
         with self._lock:
             # No item can match: spare the engine's check of every point, and the filter's building (a number list's
             # conditions cost about 18 us a value).
             if self._census.matches_nothing(conditions):
                 return SearchResult([], np.empty(0, np.float32), self._mirror.take([])[1], [])
-            where = _filter(conditions, () if dropped else exclude_ids)
             # Each lexical query cut to its strongest terms by the term mirror's frequencies (store/terms.py).
             cut = {name: self._terms.strongest(name, query, limit) for name, query in (lexical or {}).items()}
-            sparse = [_sparse_query(name, query) for name, query in cut.items() if len(query)]
-            if sparse:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
-                stages = [Prefetch(limit=limit + extra, query=dense, filter=where)]
-                stages += [Prefetch(limit=base.lexical_limit(limit) + extra, query=q, filter=where) for q in sparse]
-                request = QueryRequest(
-                    limit=sum(stage.limit for stage in stages),
-                    prefetches=stages,
-                    query=EdgeFusion.Rrf(k=60),
-                    with_payload=False,
-                )
-            else:
-                request = QueryRequest(
-                    limit=limit + extra, query=dense, filter=where, with_payload=False, with_vector=False
-                )
-            hits = [(hit.id.int, hit.score) for hit in self._shard.query(request)]
-            hits = [(point, score) for point, score in hits if point not in dropped][: None if sparse else limit]
+            cut = {name: query for name, query in cut.items() if len(query)}
+            if not self.census_filters or served_by_indexes(conditions, self._payload_indexes):
+                exhaustive = bool(conditions) and len(self._census.matching(conditions)) <= self.exhaustive_max
+                hits = self._engine_hits(vector, limit, conditions, exclude_ids, cut, exhaustive)
+            else:  # the points meeting a filter no payload index serves, from the census, searched exactly (exact.py)
+                rows = self._census.matching(conditions)
+                excluded = self._mirror.rows(self.points(exclude_ids))
+                rows = rows[~np.isin(rows, excluded)] if excluded else rows
+                hits = exact.search(self._mirror, self._terms, rows, vector, self._schema.ann, limit, cut)
             points = [point for point, _ in hits]
             listings, vectors = self._mirror.take(points)
         if hits:  # a filter that matched: its keys are held, so an index on them can serve it (a search that found
@@ -420,6 +435,44 @@ class EdgeStore:
             vectors=vectors,
             points=points,
         )
+
+    def _engine_hits(
+        self,
+        vector: np.ndarray,
+        limit: int,
+        conditions: Sequence[Condition],
+        exclude_ids: Sequence[str],
+        lexical: Mapping[str, SparseVector],
+        exhaustive: bool,
+    ) -> list[tuple[int, float]]:
+        """The engine's ANN search, with a prefetch per lexical query fused by RRF, `exhaustive` (every point the
+        filter keeps compared) or by HNSW; under the lock."""
+        # A few excluded ids (a by-id query's own item) are dropped from the hits of a search that asks for as many
+        # more, not filtered out: a must_not filter costs the engine more than those few candidates do. The nearest
+        # are then cut back to `limit`; a union keeps the few more it may hold (base.Store.search).
+        dropped = set(self.points(exclude_ids)) if len(exclude_ids) <= DROPPED_MAX else set()
+        extra = len(dropped)
+        where = _filter(conditions, () if dropped else exclude_ids)
+        dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
+        params = SearchParams(exact=True) if exhaustive else None
+        if lexical:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
+            stages = [Prefetch(limit=limit + extra, query=dense, filter=where, params=params)]
+            stages += [
+                Prefetch(limit=base.lexical_limit(limit) + extra, query=_sparse_query(name, query), filter=where)
+                for name, query in lexical.items()
+            ]
+            request = QueryRequest(
+                limit=sum(stage.limit for stage in stages),
+                prefetches=stages,
+                query=EdgeFusion.Rrf(k=exact.RRF_K),
+                with_payload=False,
+            )
+        else:
+            request = QueryRequest(
+                limit=limit + extra, query=dense, filter=where, with_payload=False, with_vector=False, params=params
+            )
+        hits = [(hit.id.int, hit.score) for hit in self._shard.query(request)]
+        return [(point, score) for point, score in hits if point not in dropped][: None if lexical else limit]
 
     def sample(self, n: int) -> list[StoredItem]:
         request = ScrollRequest(limit=n, with_payload=True, with_vector=list(self._schema.sizes))
@@ -466,6 +519,7 @@ class EdgeStore:
             if self._closed:
                 raise StoreUnavailableError(f"the embedded store at {self._path} is closed")
             written = self._apply(operation, 0, lambda: None)
+            self._payload_indexes = {**self._payload_indexes, key: kind}
         self._sync(written)
 
     def count(self) -> int:
@@ -785,6 +839,12 @@ class EdgeStore:
             keep_undeclared=keep_learned,
         )
 
+    def _read_payload_indexes(self) -> dict[str, str]:
+        """The metadata keys with a payload index, {key: type}: the filters the engine answers without reading every
+        point."""
+        schema = self._shard.info().payload_schema
+        return metadata_indexes({path: _index_type(info.data_type) for path, info in schema.items()})
+
     def _load_mirrors(self) -> tuple[VectorMirror[Listing], TermMirror, MetadataCensus]:
         """Read every point's vectors, terms and listing once at open (about 3 s a 100k points of 768 floats)."""
         mirror: VectorMirror[Listing] = VectorMirror(self._schema.sizes)
@@ -808,7 +868,7 @@ class EdgeStore:
                 listings = [listing(r.payload) for r in records]
                 mirror.put(points, listings, vectors)
                 terms.put(points, [{n: r.vector[n] for n in self._schema.sparse if n in r.vector} for r in records])
-                census.add(entry.metadata for entry in listings)
+                census.add(mirror.rows(points), [entry.metadata for entry in listings])
             if offset is None:
                 return mirror, terms, census
 

@@ -20,6 +20,8 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from metricsearch.core.scoring import top_k
+
 Entry = TypeVar("Entry")
 
 
@@ -39,6 +41,7 @@ def _blocks_of(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class VectorMirror(Generic[Entry]):
     def __init__(self, sizes: Mapping[str, int]) -> None:
         self._rows: dict[Hashable, int] = {}
+        self._points: list[Hashable | None] = []
         self._free: list[int] = []
         self._entries: list[Entry | None] = []
         self._sizes = dict(sizes)
@@ -73,6 +76,7 @@ class VectorMirror(Generic[Entry]):
             row = self._rows.pop(point, None)
             if row is not None:
                 self._entries[row] = None  # an entry may be large (metadata): do not keep it alive
+                self._points[row] = None
                 self._free.append(row)
 
     def entries(self, ids: Sequence[Hashable]) -> list[Entry]:
@@ -82,16 +86,39 @@ class VectorMirror(Generic[Entry]):
 
     def take(self, ids: Sequence[Hashable]) -> tuple[list[Entry], dict[str, np.ndarray]]:
         """The entries and (len(ids), size) vector copies of point `ids`; KeyError for an id never put."""
-        rows = [self._rows[i] for i in ids]
-        block, offset = _blocks_of(np.asarray(rows, dtype=np.int64))
-        taken = {}
-        for name, blocks in self._blocks.items():
-            out = np.empty((len(rows), self._sizes[name]), dtype=np.float32)
-            for b in np.unique(block):
-                here = block == b
-                out[here] = blocks[b][offset[here]]
-            taken[name] = out
-        return [self._entries[r] for r in rows], taken
+        rows = np.fromiter(map(self._rows.__getitem__, ids), dtype=np.int64, count=len(ids))
+        return [self._entries[r] for r in rows.tolist()], {name: self._gather(name, rows) for name in self._blocks}
+
+    def rows(self, ids: Sequence[Hashable]) -> list[int]:
+        """The rows of those of `ids` that are held (the census keeps each item's metadata at its row)."""
+        rows = self._rows
+        return [rows[i] for i in ids if i in rows]
+
+    def points_at(self, rows: np.ndarray) -> list[Hashable]:
+        points = self._points
+        return [points[row] for row in rows.tolist()]
+
+    def nearest(self, name: str, vector: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k of `rows` nearest to `vector` by cosine, best first, with their cosines: an exact search. Many rows
+        are scored block by block in place, not gathered first: a copy of 84k x 768 floats took 0.65 s (fresh pages)."""
+        query = np.asarray(vector, dtype=np.float32)
+        norm = np.linalg.norm(query)
+        query = query / norm if norm > 0 else query
+        if len(rows) * 4 > len(self._entries):
+            scores = np.concatenate([block @ query for block in self._blocks[name]])[rows]
+        else:
+            scores = self._gather(name, rows) @ query
+        best = top_k(scores, k)
+        return rows[best], scores[best]
+
+    def _gather(self, name: str, rows: np.ndarray) -> np.ndarray:
+        block, offset = _blocks_of(rows)
+        blocks = self._blocks[name]
+        out = np.empty((len(rows), self._sizes[name]), dtype=np.float32)
+        for b in np.unique(block):
+            here = block == b
+            out[here] = blocks[b][offset[here]]
+        return out
 
     def _row_for(self, point: Hashable) -> int:
         row = self._rows.get(point)
@@ -102,9 +129,11 @@ class VectorMirror(Generic[Entry]):
         else:
             row = len(self._entries)
             self._entries.append(None)
+            self._points.append(None)
             if row >= self._capacity:
                 self._add_block()
         self._rows[point] = row
+        self._points[row] = point
         return row
 
     def _add_block(self) -> None:

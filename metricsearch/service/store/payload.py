@@ -114,6 +114,11 @@ def metadata_path(key: str) -> str:
     return f"metadata.{key}"
 
 
+def metadata_indexes(indexes: Mapping[str, str]) -> dict[str, str]:
+    """The metadata keys among payload indexes {path: type}, as {key: type}."""
+    return {path.removeprefix(_METADATA): kind for path, kind in indexes.items() if path.startswith(_METADATA)}
+
+
 def sync_indexes(
     existing: Mapping[str, str],
     declared: Mapping[str, str],

@@ -1,6 +1,7 @@
 """The embedded store's metadata census (store/census.py): a filter that wants a kind of value its key does not hold
 is answered empty without the engine, which would check every point to find none; any other filter still reaches
-the engine, across writes, replacing writes, deletes and a restart."""
+the engine, across writes, replacing writes, deletes and a restart. The engine answers only filters payload indexes
+serve (the others are answered from the census itself: test_exact.py), so here every filter goes to the engine."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import pytest
 
 from metricsearch.core.errors import InvalidInputError
 from metricsearch.service.store import EdgeStore, edge
+from metricsearch.service.store import census as census_module
 from metricsearch.service.store.base import AnyOf, Equals, Range
 from metricsearch.service.store.census import MetadataCensus, wanted_kinds
 from tests.service.store.conftest import SCHEMA
 from tests.service.store.test_congruence import query_vector
 
 real_filter = edge._filter
+
+
+@pytest.fixture(autouse=True)
+def every_filter_to_the_engine(monkeypatch):
+    monkeypatch.setattr(EdgeStore, "census_filters", False)
 
 
 class CountingShard:
@@ -53,7 +60,7 @@ def test_wanted_kinds_follow_the_filters_matching_rules():
 
 def test_the_census_holds_every_key_and_kind_written():
     census = MetadataCensus()
-    census.add([{"color": "red", "tags": ["a"], "gone": None}, {"year": 2001, "new": False}])
+    census.add([0, 1], [{"color": "red", "tags": ["a"], "gone": None}, {"year": 2001, "new": False}])
     assert not census.matches_nothing([Equals("color", "blue"), AnyOf("tags", ("b",)), Range("year", lte=0)])
     assert not census.matches_nothing([Equals("new", True)])
     for nothing in ([Equals("colour", "red")], [Equals("year", "2001")], [Equals("new", 0)], [Equals("gone", "x")]):
@@ -63,16 +70,30 @@ def test_the_census_holds_every_key_and_kind_written():
 
 def test_the_census_forgets_a_kind_when_its_last_item_goes():
     census = MetadataCensus()
-    census.add([{"color": "red", "size": 2}, {"color": 3}, {"color": ["blue"], "size": 4}])
-    census.remove([{"color": "red", "size": 2}])
+    census.add([0, 1, 2], [{"color": "red", "size": 2}, {"color": 3}, {"color": ["blue"], "size": 4}])
+    census.remove([0], [{"color": "red", "size": 2}])
     assert not census.matches_nothing([Equals("color", "blue"), Equals("color", 3), Equals("size", 4)])
-    census.remove([{"color": ["blue"], "size": 4}])
+    census.remove([2], [{"color": ["blue"], "size": 4}])
     assert census.matches_nothing([Equals("color", "blue")]) and census.matches_nothing([Equals("size", 4)])
     assert not census.matches_nothing([Equals("color", 3)])
-    census.remove([{"color": 3}, {"never": "added"}])
+    census.remove([1, 5], [{"color": 3}, {"never": "added"}])
     assert census.matches_nothing([Equals("color", 3)])
-    census.add([{"color": "red"}])
+    census.add([0], [{"color": "red"}])
     assert not census.matches_nothing([Equals("color", "green")]), "counts never go below zero"
+
+
+def test_a_key_held_by_many_keeps_only_what_its_items_hold(monkeypatch):
+    monkeypatch.setattr(census_module, "DENSE_MIN", 1)
+    census = MetadataCensus()
+    census.add(range(5), [{"m": "a"}, {"m": "b"}, {"m": "b"}, {"m": 1}, {"m": ["b", "d"]}])
+    census.remove([0, 1, 4], [{"m": "a"}, {"m": "b"}, {"m": ["b", "d"]}])
+    census.add([0, 1], [{"m": "c"}, {"m": 2}])
+    column = census._columns["m"]
+    assert sorted(column.codes) == ["b", "c"] and not column.lists, "what no item holds any more leaves"
+    assert census.matching([Equals("m", "b")]).tolist() == [2] and census.matching([Range("m", gte=1)]).tolist() == [
+        1,
+        3,
+    ]
 
 
 def test_replacing_and_deleting_items_take_their_kinds_out_of_the_census(tmp_path, items):
