@@ -86,8 +86,9 @@ class VectorMirror(Generic[Entry]):
 
     def take(self, ids: Sequence[Hashable]) -> tuple[list[Entry], dict[str, np.ndarray]]:
         """The entries and (len(ids), size) vector copies of point `ids`; KeyError for an id never put."""
-        rows = np.fromiter(map(self._rows.__getitem__, ids), dtype=np.int64, count=len(ids))
-        return [self._entries[r] for r in rows.tolist()], {name: self._gather(name, rows) for name in self._blocks}
+        rows = [self._rows[i] for i in ids]
+        block, offset = _blocks_of(np.asarray(rows, dtype=np.int64))
+        return [self._entries[r] for r in rows], {name: self._gather(name, block, offset) for name in self._blocks}
 
     def rows(self, ids: Sequence[Hashable]) -> list[int]:
         """The rows of those of `ids` that are held (the census keeps each item's metadata at its row)."""
@@ -99,22 +100,23 @@ class VectorMirror(Generic[Entry]):
         return [points[row] for row in rows.tolist()]
 
     def nearest(self, name: str, vector: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k of `rows` nearest to `vector` by cosine, best first, with their cosines: an exact search. Many rows
-        are scored block by block in place, not gathered first: a copy of 84k x 768 floats took 0.65 s (fresh pages)."""
+        """The k of `rows` nearest to `vector` by cosine, best first, with their cosines: an exact search. Over a
+        quarter of the rows, every row is scored in place rather than the rows gathered first: of 100k rows of 768
+        floats, gathering 25k / 84k and scoring them took 46 / 201 ms, scoring all in place 26 ms."""
         query = np.asarray(vector, dtype=np.float32)
         norm = np.linalg.norm(query)
         query = query / norm if norm > 0 else query
         if len(rows) * 4 > len(self._entries):
             scores = np.concatenate([block @ query for block in self._blocks[name]])[rows]
         else:
-            scores = self._gather(name, rows) @ query
+            scores = self._gather(name, *_blocks_of(rows)) @ query
         best = top_k(scores, k)
         return rows[best], scores[best]
 
-    def _gather(self, name: str, rows: np.ndarray) -> np.ndarray:
-        block, offset = _blocks_of(rows)
+    def _gather(self, name: str, block: np.ndarray, offset: np.ndarray) -> np.ndarray:
+        """The rows at (block, offset) of vector `name`, copied."""
         blocks = self._blocks[name]
-        out = np.empty((len(rows), self._sizes[name]), dtype=np.float32)
+        out = np.empty((len(block), self._sizes[name]), dtype=np.float32)
         for b in np.unique(block):
             here = block == b
             out[here] = blocks[b][offset[here]]
