@@ -2,7 +2,8 @@
 one run: without a payload index, as the engine answered them (it reads each point's payload as it meets it) and as
 the census answers them now (store/census.py: the items kept found from in-RAM columns, then searched exactly,
 store/exact.py); with an index on every key, by the engine's HNSW walk as before, and as now (a filter keeping at
-most EdgeStore.exhaustive_max points compares each of them). A storefront filters on many attributes: more than
+most EdgeStore.exhaustive_max points compares each of them, one keeping more walks with a beam widened by the
+share it keeps). A storefront filters on many attributes: more than
 MS_AUTO_INDEX_MAX of them, or a key's first filters before its index is learned, run without an index.
 
     .venv/bin/python -m bench.filtered_search [--items 100000] [--repeats 5]
@@ -103,6 +104,7 @@ def timed(store: EdgeStore, queries: list[tuple], conditions: list, before: bool
     engine answered every filter before 2026-11-28, by its HNSW walk, whether an index served the filter or not."""
     store.census_filters = not before
     store.exhaustive_max = -1 if before else EdgeStore.exhaustive_max
+    store.filtered_ef_max = 1 if before else EdgeStore.filtered_ef_max
     try:
         times, recalls = [], []
         for (vector, lexical, item), nearest in zip(queries, exact, strict=True):
@@ -113,6 +115,7 @@ def timed(store: EdgeStore, queries: list[tuple], conditions: list, before: bool
         return statistics.median(times), statistics.mean(recalls)
     finally:
         store.census_filters, store.exhaustive_max = EdgeStore.census_filters, EdgeStore.exhaustive_max
+        store.filtered_ef_max = EdgeStore.filtered_ef_max
 
 
 def main() -> None:
@@ -176,10 +179,11 @@ synthetic items with 40 numeric keys and a string key, embedded store, HNSW; sto
 vector and lexical query, limit 100), p50 of {args.repeats}, the same searches each way in one run. Before
 2026-11-28 the engine answered every filter by its HNSW walk; now a filter no index serves is answered from the
 census (store/census.py, store/exact.py), and one an index serves that keeps at most {EdgeStore.exhaustive_max:,}
-points compares each of them. The indexes: one on every key ({len(INDEXES)}, built in {build_s:.0f} s). Each cell:
-p50 ms, and recall, the mean share of the 100 nearest items meeting the filter (brute force over the items the
-filter keeps, found from the catalog's formulas, not the store) among a search's candidates. An unfiltered search
-took {plain:.1f} ms.
+points compares each of them, one keeping more walks with a beam as many times wider as it keeps fewer than all
+the items (up to {EdgeStore.filtered_ef_max}x). The indexes: one on every key ({len(INDEXES)}, built in
+{build_s:.0f} s). Each cell: p50 ms, and recall, the mean share of the 100 nearest items meeting the filter (brute
+force over the items the filter keeps, found from the catalog's formulas, not the store) among a search's
+candidates. An unfiltered search took {plain:.1f} ms.
 
 | filter | kept | no index, before | no index, now (census) | indexed, before (HNSW) | indexed, now | no index, gain |
 |---|---:|---|---|---|---|---:|

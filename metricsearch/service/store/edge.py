@@ -22,6 +22,7 @@ import errno
 import functools
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -116,9 +117,13 @@ EXACT_FILTERED_MAX = 20_000
 """A search whose filter keeps at most this many points (the census counts them) compares each of them, through the
 filter's payload indexes, rather than walking the HNSW graph: past the engine's own full-scan threshold (about 3,300
 points of 768 floats) the walk meets too few of the points a filter keeps. At 100k synthetic items, limit 100, a
-filter keeping 10% / 20% / 50% found 0.22 / 0.37 / 0.56 of its exact 100 nearest by the walk (4.0-5.5 ms; 0.78
-unfiltered), and all of them compared in 8.5 / 12.2 ms for 10% / 20%. The cost grows with the points kept, hence the
+filter keeping 10% / 20% / 50% found 0.22 / 0.37 / 0.56 of its exact 100 nearest by the walk (3.5-4.2 ms; 0.78
+unfiltered), and all of them compared in 8.3 / 13.4 ms for 10% / 20%. The cost grows with the points kept, hence the
 bound (BENCHMARKS.md, "Filtered search")."""
+FILTERED_EF_MAX = 8
+"""The widest beam a filtered walk gets, in multiples of its limit. At 100k synthetic items, limit 100, the default
+walk (a beam of the limit) found 0.46 / 0.60 / 0.72 of a filter's exact 100 nearest when it kept 30% / 50% / 80% of
+the items, against 0.75 unfiltered; beams of 400 found 0.80 / 0.89 / 0.95 in 4.0-6.9 ms (2 ms by default)."""
 _FORMAT = 1
 _NO_GRAPH = HnswIndexConfig(m=0, ef_construct=100, full_scan_threshold=10_000)
 """For vectors only read back for reranking: no HNSW graph, a third less build time (20k x 2 x 384: 15 s, not 23)."""
@@ -148,6 +153,8 @@ class EdgeStore:
     lexical_in_process = True  # lexical_scores: the term mirror (store/terms.py)
     exhaustive_max = EXACT_FILTERED_MAX
     """Filtered searches keeping at most this many points compare each of them (EXACT_FILTERED_MAX)."""
+    filtered_ef_max = FILTERED_EF_MAX
+    """The widest beam of a filtered walk, in multiples of its limit (FILTERED_EF_MAX); 1: the engine's default."""
     census_filters = True
     """Whether filters no payload index serves are answered from the census; False sends every filter to the engine,
     as before the census was kept (bench.filtered_search measures both)."""
@@ -417,8 +424,8 @@ class EdgeStore:
             cut = {name: self._terms.strongest(name, query, limit) for name, query in (lexical or {}).items()}
             cut = {name: query for name, query in cut.items() if len(query)}
             if not self.census_filters or served_by_indexes(conditions, self._payload_indexes):
-                exhaustive = bool(conditions) and len(self._census.matching(conditions)) <= self.exhaustive_max
-                hits = self._engine_hits(vector, limit, conditions, exclude_ids, cut, exhaustive)
+                kept = len(self._census.matching(conditions)) if conditions else None
+                hits = self._engine_hits(vector, limit, conditions, exclude_ids, cut, self._walk(limit, kept))
             else:  # the points meeting a filter no payload index serves, from the census, searched exactly (exact.py)
                 rows = self._census.matching(conditions)
                 excluded = self._mirror.rows(self.points(exclude_ids))
@@ -436,6 +443,19 @@ class EdgeStore:
             points=points,
         )
 
+    def _walk(self, limit: int, kept: int | None) -> SearchParams | None:
+        """How the engine searches for the `limit` nearest of the `kept` points a filter keeps (None: no filter, its
+        default HNSW walk): each of them compared when they are few (EXACT_FILTERED_MAX), else a walk whose beam is
+        as many times wider than `limit` as the filter keeps fewer than all points (`filtered_ef_max` at most), so it
+        meets about as many kept points as an unfiltered walk does."""
+        if kept is None:
+            return None
+        if kept <= self.exhaustive_max:
+            return SearchParams(exact=True)
+        if self.filtered_ef_max <= 1:
+            return None
+        return SearchParams(hnsw_ef=min(self.filtered_ef_max * limit, math.ceil(limit * len(self._mirror) / kept)))
+
     def _engine_hits(
         self,
         vector: np.ndarray,
@@ -443,10 +463,10 @@ class EdgeStore:
         conditions: Sequence[Condition],
         exclude_ids: Sequence[str],
         lexical: Mapping[str, SparseVector],
-        exhaustive: bool,
+        params: SearchParams | None,
     ) -> list[tuple[int, float]]:
-        """The engine's ANN search, with a prefetch per lexical query fused by RRF, `exhaustive` (every point the
-        filter keeps compared) or by HNSW; under the lock."""
+        """The engine's ANN search with `params` (`_walk`), with a prefetch per lexical query fused by RRF; under the
+        lock."""
         # A few excluded ids (a by-id query's own item) are dropped from the hits of a search that asks for as many
         # more, not filtered out: a must_not filter costs the engine more than those few candidates do. The nearest
         # are then cut back to `limit`; a union keeps the few more it may hold (base.Store.search).
@@ -454,7 +474,6 @@ class EdgeStore:
         extra = len(dropped)
         where = _filter(conditions, () if dropped else exclude_ids)
         dense = Query.Nearest(np.asarray(vector, dtype=np.float32).tolist(), using=self._schema.ann)
-        params = SearchParams(exact=True) if exhaustive else None
         if lexical:  # the union of every prefetch's hits (RRF orders them; the rerank scores them)
             stages = [Prefetch(limit=limit + extra, query=dense, filter=where, params=params)]
             stages += [

@@ -134,9 +134,9 @@ def test_a_filter_its_indexes_do_not_serve_never_reaches_the_engine(tmp_path, it
         store.close()
 
 
-def test_an_indexed_filter_keeping_few_points_compares_each_of_them(tmp_path, items):
+def test_an_indexed_filter_widens_or_replaces_the_walk(tmp_path, items):
     """Past the engine's full-scan threshold its HNSW walk finds few of a selective filter's nearest: a filter that
-    keeps at most `exhaustive_max` points asks for an exhaustive search."""
+    keeps at most `exhaustive_max` points asks for an exhaustive search, one that keeps more for a wider walk."""
     store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0, indexed_fields={"color": "keyword"})
     store.exhaustive_max = 10
     try:
@@ -149,6 +149,8 @@ def test_an_indexed_filter_keeping_few_points_compares_each_of_them(tmp_path, it
         store.upsert([replace(items(range(30, 31))[0], metadata={"color": "red"})])  # 11 red items now
         assert len(store.search(query_vector(0), 5, [Equals("color", "red")]).ids) == 5
         assert len(store.search(query_vector(0), 5).ids) == 5
-        assert [request.params is not None and request.params.exact for request in asked] == [True, False, False]
+        exhaustive, wider, plain = (request.params for request in asked)
+        assert exhaustive.exact and plain is None
+        assert not wider.exact and wider.hnsw_ef == 15, "a beam as many times the limit as 31 items are to 11 kept"
     finally:
         store.close()
