@@ -25,7 +25,7 @@ import numpy as np
 from tqdm import tqdm
 
 from bench.report import machine, write_section
-from bench.service_bench import ROOT, synthetic_store, synthetic_texts
+from bench.service_bench import ROOT, reused_synthetic_store, synthetic_texts
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.lexical import WHOLE_TEXT, lexical_fields
 from metricsearch.core.schemas import SimilarRequest, conditions_of
@@ -51,18 +51,6 @@ INDEXES = {**{f"k{j}": "float" for j in range(KEYS)}, "brand": "keyword"}
 
 def metadata(i: int) -> dict:
     return {**{f"k{j}": (i * (j + 7)) % 100 for j in range(KEYS)}, "brand": f"b{i % 200}"}
-
-
-def reused_store(bundle: Path, n: int, path: Path) -> None:
-    """The synthetic catalog at `path`, built once (it is reused while it holds n items)."""
-    if path.exists():
-        store = EdgeStore(path / COLLECTION, vector_schema(load_bundle(bundle)), optimize_after_writes=0)
-        held = store.count()
-        store.close()
-        if held == n:
-            return
-        raise SystemExit(f"{path} holds {held} items, not {n}: remove it")
-    synthetic_store(bundle, n, path, metadata=metadata)
 
 
 def matching_ids(n: int, body: dict) -> np.ndarray:
@@ -127,7 +115,7 @@ def main() -> None:
     args = parser.parse_args()
     started = time.time()
     path = ROOT / f"var/unindexed-{args.items}"
-    reused_store(args.bundle, args.items, path)
+    reused_synthetic_store(args.bundle, args.items, path, metadata)
     loaded = load_bundle(args.bundle)
     whole = lexical_fields(loaded.manifest).names[WHOLE_TEXT]
     documents = lexical_fields(loaded.manifest).documents

@@ -212,9 +212,11 @@ def synthetic_store(
     return ids
 
 
-def reused_synthetic_store(bundle: Path, n: int, store_dir: Path) -> list[str]:
-    """synthetic_store's items at store_dir, built once and reused while it holds them as this code writes them
-    (n items, with the lexical vectors the bundle asks for); their ids."""
+def reused_synthetic_store(
+    bundle: Path, n: int, store_dir: Path, metadata: Callable[[int], dict] = lambda i: {"bucket": i % 10}
+) -> list[str]:
+    """synthetic_store's items at store_dir (with `metadata`), built once and reused while it holds them as this code
+    writes them (n items, with the lexical vectors the bundle asks for); their ids."""
     loaded = load_bundle(bundle)
     lexical = lexical_fields(loaded.manifest)
     if store_dir.exists():
@@ -228,7 +230,7 @@ def reused_synthetic_store(bundle: Path, n: int, store_dir: Path) -> list[str]:
         if not current:
             shutil.rmtree(store_dir)
     if not store_dir.exists():
-        synthetic_store(bundle, n, store_dir)
+        synthetic_store(bundle, n, store_dir, metadata=metadata)
     return [f"s{i}" for i in range(n)]
 
 

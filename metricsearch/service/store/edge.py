@@ -390,7 +390,7 @@ class EdgeStore:
         """The points meeting the conditions, a page at a time: by the engine where payload indexes serve the filter
         (each page read after the one before it was deleted), else all at once from the census, since the engine would
         read every point's payload for each page."""
-        if self.census_filters and not served_by_indexes(conditions, self._payload_indexes):
+        if self._census_answers(conditions):
             with self._lock:
                 points = self._mirror.points_at(self._census.matching(conditions))
             for start in range(0, len(points), base.DELETE_PAGE):
@@ -423,7 +423,7 @@ class EdgeStore:
             # Each lexical query cut to its strongest terms by the term mirror's frequencies (store/terms.py).
             cut = {name: self._terms.strongest(name, query, limit) for name, query in (lexical or {}).items()}
             cut = {name: query for name, query in cut.items() if len(query)}
-            if not self.census_filters or served_by_indexes(conditions, self._payload_indexes):
+            if not self._census_answers(conditions):
                 kept = len(self._census.matching(conditions)) if conditions else None
                 hits = self._engine_hits(vector, limit, conditions, exclude_ids, cut, self._walk(limit, kept))
             else:  # the points meeting a filter no payload index serves, from the census, searched exactly (exact.py)
@@ -442,6 +442,11 @@ class EdgeStore:
             vectors=vectors,
             points=points,
         )
+
+    def _census_answers(self, conditions: Sequence[Condition]) -> bool:
+        """Whether the census finds the points a filter keeps: no payload index serves it (the engine would read
+        every point's payload it meets)."""
+        return self.census_filters and not served_by_indexes(conditions, self._payload_indexes)
 
     def _walk(self, limit: int, kept: int | None) -> SearchParams | None:
         """How the engine searches for the `limit` nearest of the `kept` points a filter keeps (None: no filter, its
