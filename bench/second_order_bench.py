@@ -231,9 +231,9 @@ def storage_section(args) -> str:
             ("qdrant-edge", "flat dense vector"): lambda sel: np.array(
                 [r.vector["factors"] for r in shards["flat dense vector"].retrieve(sel, False, ["factors"])], np.float32
             ).reshape(len(sel), k, DIM),
-            ("qdrant-edge", "flat dense vector, in-RAM mirror (served)"): lambda sel: mirror.take(sel)[1][
-                "factors"
-            ].reshape(len(sel), k, DIM),
+            ("qdrant-edge", "flat dense vector, in-RAM mirror (served)"): lambda sel: mirror.take(mirror.row_of(sel))[
+                1
+            ]["factors"].reshape(len(sel), k, DIM),
             ("qdrant-edge", "multivector"): lambda sel: np.array(
                 [r.vector["factors"] for r in shards["multivector"].retrieve(sel, False, ["factors"])], np.float32
             ),

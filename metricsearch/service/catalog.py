@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -325,14 +325,32 @@ class Catalog:
         names: Collection[str] | None = None,
     ) -> dict[str, np.ndarray] | None:
         """Each candidate's lexical score per lexical component (those in `names`, else all), from the store (its idf
-        is the live catalog's); NaN where the query has no term in the field or the candidate lacks it (the whole
-        text is never missing)."""
+        is the live catalog's): `_lexical_components` of `lexical_scores`."""
         if self.lexical is None:
             return None
+        scores = self.store.lexical_scores(self._lexical_queries(terms, names), points, self.lexical.using)
+        return self._lexical_components(scores, terms, present, names)
+
+    def _lexical_queries(
+        self, terms: dict[str, SparseVector], names: Collection[str] | None
+    ) -> dict[str, SparseVector]:
+        """The query's vectors of the lexical components in `names` (else of all) that the store scores."""
+        components = self.lexical.components if self.lexical else ()
+        return {n: v for n, v in terms.items() if n in components and (names is None or n in names)}
+
+    def _lexical_components(
+        self,
+        scores: Mapping[str, np.ndarray],
+        terms: dict[str, SparseVector],
+        present: np.ndarray,
+        names: Collection[str] | None,
+    ) -> dict[str, np.ndarray]:
+        """The components in `names` (else all) from the store's `scores`; NaN where the query has no term in the
+        field or the candidate lacks it (the whole text is never missing)."""
+        assert self.lexical is not None, "only a bundle with lexical vectors has lexical components"
         held = {n: h for n, h in self.lexical.present(self.fields, present).items() if names is None or n in names}
-        scores = self.store.lexical_scores({n: v for n, v in terms.items() if n in held}, points, self.lexical.using)
         return {
-            name: np.where(here & (name in terms), scores.get(name, np.zeros(len(points))), np.nan)
+            name: np.where(here & (name in terms), scores.get(name, np.zeros(len(present))), np.nan)
             for name, here in held.items()
         }
 
@@ -469,15 +487,28 @@ class Catalog:
             raise InvalidInputError("k must be at least 1")
         ann = self.ann_vector(query)
         limit = self.candidate_limit(k)
+        # Beside the components the ranking reads, those shown only, for the shown rows alone where that is cheap.
+        scored = self.rerank.scored if self.store.lexical_in_process else None
+        queries = None if terms is None or self.lexical is None else self._lexical_queries(terms, scored)
         with span("store.query", limit=limit):
-            found = self.store.search(ann, limit, conditions, exclude_ids, lexical=self._prefetched(terms))
+            found = self.store.search(
+                ann,
+                limit,
+                conditions,
+                exclude_ids,
+                lexical=self._prefetched(terms),
+                scored=queries,
+                using=self.lexical.using if self.lexical else None,
+            )
         if not found.listings:
             return []
         with span("rerank", candidates=len(found.listings)):
             candidates = self._stored(found.vectors)
-            # Beside the components the ranking reads, those shown only, for the shown rows alone where that is cheap.
-            scored = self.rerank.scored if self.store.lexical_in_process else None
-            lexical = None if terms is None else self._lexical(terms, candidates.present, found.points, scored)
+            lexical = (
+                None
+                if terms is None or queries is None
+                else self._lexical_components(found.lexical, terms, candidates.present, scored)
+            )
             stats = self.stats() if self.rerank.needs_stats else None
             ranked = self.rerank(query, candidates, lexical, stats)
         # Each listing was read with the vectors just scored: a write since the search is not shown with a score of

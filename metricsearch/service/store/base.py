@@ -88,6 +88,9 @@ class SearchResult:
     """Each hit's point as its store keys it, what `lexical_scores` takes, so a search's hits are scored without
     hashing their ids again: the point id (core.records.point_id of its item id), or, in the embedded store, that
     UUID's int (reading an int off the engine's UUID objects is about 30x cheaper than formatting a string)."""
+    lexical: dict[str, np.ndarray] = field(default_factory=dict)
+    """Each hit's score for each `scored` query of the search (as `lexical_scores` gives them), read with its
+    listing and vectors."""
 
     @property
     def ids(self) -> list[str]:
@@ -157,12 +160,15 @@ class Store(Protocol):
         conditions: Sequence[Condition] = (),
         exclude_ids: Sequence[str] = (),
         lexical: Mapping[str, SparseVector] | None = None,
+        scored: Mapping[str, SparseVector] | None = None,
+        using: Mapping[str, str] | None = None,
     ) -> SearchResult:
         """Nearest neighbours of `vector` on the schema's ANN vector, with all their dense vectors; with `lexical`
         (sparse query vectors by name), the union of those and the `lexical_limit(limit)` best by each sparse vector, in
         one query, so an item that only shares a part number with the query is a candidate too. `exclude_ids` are
         never returned; a store may drop them from a search for as many more hits rather than filter them out, which
-        can leave a union up to one hit more per excluded id and prefetch (the next nearest, the next best match)."""
+        can leave a union up to one hit more per excluded id and prefetch (the next nearest, the next best match).
+        `scored` (and `using`, as for `lexical_scores`): queries whose scores of every hit come in `lexical`."""
 
     def sample(self, n: int) -> list[StoredItem]:
         """Up to n items with their vectors, the same ones while the store does not change: the first by point id,

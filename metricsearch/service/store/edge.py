@@ -313,8 +313,9 @@ class EdgeStore:
             replaced = list(latest)
             self._census.remove(self._mirror.rows(replaced), [e.metadata for e in self._mirror.entries(replaced)])
             self._mirror.put(keys, listings, vectors)
-            self._census.add(self._mirror.rows(replaced), [it.metadata for it in latest.values()])
-            self._terms.put(keys, [it.sparse for it in items])
+            rows = self._mirror.rows(replaced)
+            self._census.add(rows, [it.metadata for it in latest.values()])
+            self._terms.put(rows, [it.sparse for it in latest.values()])
 
         with self._write_lock:
             written = self._apply(UpdateOperation.upsert_points(points), len(points), mirror)
@@ -335,7 +336,8 @@ class EdgeStore:
             records = self._shard.retrieve(point_ids, True, with_vectors)
             # With the vectors, the sparse ones as the term mirror holds them: an item's query (Catalog.item_query)
             # then needs no analysis of its texts.
-            sparse = [self._terms.vectors(r.id.int) for r in records] if with_vectors else [None] * len(records)
+            rows = self._mirror.row_of([r.id.int for r in records]).tolist()
+            sparse = [self._terms.vectors(row) for row in rows] if with_vectors else [None] * len(records)
         items = (
             from_payload(r.payload, r.vector if with_vectors else None, self._schema.sizes, terms)
             for r, terms in zip(records, sparse, strict=True)
@@ -362,9 +364,10 @@ class EdgeStore:
     def _forget(self, keys: list[int]) -> None:
         """Deleted points leave both in-RAM copies (vectors and terms), and the census, with the write that deletes
         them."""
-        self._census.remove(self._mirror.rows(keys), [entry.metadata for entry in self._mirror.entries(keys)])
+        rows = self._mirror.rows(keys)
+        self._census.remove(rows, [entry.metadata for entry in self._mirror.entries(keys)])
+        self._terms.remove(rows)
         self._mirror.remove(keys)
-        self._terms.remove(keys)
 
     def delete_where(self, conditions: Sequence[Condition]) -> int:
         if not conditions:
@@ -412,6 +415,8 @@ class EdgeStore:
         conditions: Sequence[Condition] = (),
         exclude_ids: Sequence[str] = (),
         lexical: Mapping[str, SparseVector] | None = None,
+        scored: Mapping[str, SparseVector] | None = None,
+        using: Mapping[str, str] | None = None,
     ) -> SearchResult:
         for condition in conditions:  # a key that cannot be filtered on is refused, whether an item holds it or not
             metadata_path(condition.key)
@@ -419,7 +424,9 @@ class EdgeStore:
             # No item can match: spare the engine's check of every point, and the filter's building (a number list's
             # conditions cost about 18 us a value).
             if self._census.matches_nothing(conditions):
-                return SearchResult([], np.empty(0, np.float32), self._mirror.take([])[1], [])
+                nothing = np.empty(0, np.int64)
+                lexical_scores = self._terms.scores(scored or {}, nothing, using)
+                return SearchResult([], np.empty(0, np.float32), self._mirror.take(nothing)[1], [], lexical_scores)
             # Each lexical query cut to its strongest terms by the term mirror's frequencies (store/terms.py).
             cut = {name: self._terms.strongest(name, query, limit) for name, query in (lexical or {}).items()}
             cut = {name: query for name, query in cut.items() if len(query)}
@@ -432,7 +439,10 @@ class EdgeStore:
                 rows = rows[~np.isin(rows, excluded)] if excluded else rows
                 hits = exact.search(self._mirror, self._terms, rows, vector, self._schema.ann, limit, cut)
             points = [point for point, _ in hits]
-            listings, vectors = self._mirror.take(points)
+            # The hits' rows, read once: their listings, vectors and lexical scores of one version of each item.
+            rows = self._mirror.row_of(points)
+            listings, vectors = self._mirror.take(rows)
+            lexical_scores = self._terms.scores(scored or {}, rows, using)
         if hits:  # a filter that matched: its keys are held, so an index on them can serve it (a search that found
             # nothing may filter on keys no item holds, whose look at the data would check every point)
             self.auto_index.saw(conditions)
@@ -441,6 +451,7 @@ class EdgeStore:
             scores=np.fromiter((score for _, score in hits), dtype=np.float32, count=len(hits)),
             vectors=vectors,
             points=points,
+            lexical=lexical_scores,
         )
 
     def _census_answers(self, conditions: Sequence[Condition]) -> bool:
@@ -519,7 +530,7 @@ class EdgeStore:
     ) -> dict[str, np.ndarray]:
         """From the term mirror (store/terms.py), read under the lock that orders it with writes."""
         with self._lock:
-            return self._terms.scores(queries, points, using)
+            return self._terms.scores(queries, self._mirror.row_of(points), using)
 
     def metadata_kinds(self, key: str) -> set[str]:
         """Read a page at a time under the lock, like a search, so searches go on between pages."""
@@ -891,8 +902,9 @@ class EdgeStore:
                 }
                 listings = [listing(r.payload) for r in records]
                 mirror.put(points, listings, vectors)
-                terms.put(points, [{n: r.vector[n] for n in self._schema.sparse if n in r.vector} for r in records])
-                census.add(mirror.rows(points), [entry.metadata for entry in listings])
+                rows = mirror.rows(points)
+                terms.put(rows, [{n: r.vector[n] for n in self._schema.sparse if n in r.vector} for r in records])
+                census.add(rows, [entry.metadata for entry in listings])
             if offset is None:
                 return mirror, terms, census
 

@@ -43,11 +43,10 @@ def search(
     nearest, cosines = mirror.nearest(using, vector, rows, limit)
     if not lexical:
         return list(zip(mirror.points_at(nearest), cosines.tolist(), strict=True))
-    points = mirror.points_at(rows)
     rankings = [mirror.points_at(nearest)]
-    for scores in terms.scores(lexical, points).values():
+    for scores in terms.scores(lexical, rows).values():
         best = top_k(scores, lexical_limit(limit))
-        rankings.append([points[i] for i in best[scores[best] > 0].tolist()])
+        rankings.append(mirror.points_at(rows[best[scores[best] > 0]]))
     return fused(rankings)
 
 

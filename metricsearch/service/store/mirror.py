@@ -16,6 +16,7 @@ Written by hand: a growable id -> row store is a few lines of numpy.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from itertools import repeat
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -84,11 +85,15 @@ class VectorMirror(Generic[Entry]):
         rows = self._rows
         return [self._entries[rows[i]] for i in ids if i in rows]
 
-    def take(self, ids: Sequence[Hashable]) -> tuple[list[Entry], dict[str, np.ndarray]]:
-        """The entries and (len(ids), size) vector copies of point `ids`; KeyError for an id never put."""
-        rows = [self._rows[i] for i in ids]
-        block, offset = _blocks_of(np.asarray(rows, dtype=np.int64))
-        return [self._entries[r] for r in rows], {name: self._gather(name, block, offset) for name in self._blocks}
+    def take(self, rows: np.ndarray) -> tuple[list[Entry], dict[str, np.ndarray]]:
+        """The entries and (len(rows), size) vector copies at `rows` (held points' rows, as `row_of` gives them)."""
+        block, offset = _blocks_of(rows)
+        entries = self._entries
+        return [entries[r] for r in rows.tolist()], {name: self._gather(name, block, offset) for name in self._blocks}
+
+    def row_of(self, ids: Sequence[Hashable]) -> np.ndarray:
+        """The row of each of `ids`, -1 for one not held: what `take`, the census and the term mirror read by."""
+        return np.fromiter(map(self._rows.get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
 
     def rows(self, ids: Sequence[Hashable]) -> list[int]:
         """The rows of those of `ids` that are held (the census keeps each item's metadata at its row)."""

@@ -37,7 +37,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -376,6 +376,8 @@ class RemoteStore:
         conditions: Sequence[Condition] = (),
         exclude_ids: Sequence[str] = (),
         lexical: Mapping[str, SparseVector] | None = None,
+        scored: Mapping[str, SparseVector] | None = None,
+        using: Mapping[str, str] | None = None,
     ) -> SearchResult:
         where = _filter(conditions, exclude_ids)
         dense = np.asarray(vector, dtype=np.float32).tolist()
@@ -402,7 +404,10 @@ class RemoteStore:
         if response.points:  # as in the embedded store: a filter that found nothing may be on keys no item holds
             self.auto_index.saw(conditions)
         hits = self._with_vectors(response.points) if self._vectors.enabled else response.points
-        return search_result(hits, self._schema.sizes)
+        found = search_result(hits, self._schema.sizes)
+        # A second call (a query's prefetch scores only its own hits): an item written in between is scored as it is
+        # now, beside the vectors read with its hit.
+        return replace(found, lexical=self.lexical_scores(scored, found.points, using)) if scored else found
 
     def _with_vectors(self, hits: Sequence[qm.ScoredPoint]) -> list[_Hit]:
         """The hits with their vectors, from the cache or, for the points it lacks, read in one call: a point

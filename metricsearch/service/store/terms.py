@@ -17,8 +17,7 @@ Written by hand: no library keeps a mutable CSR matrix with live document freque
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
-from itertools import repeat
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -114,8 +113,8 @@ class _Postings:
         return idf(self.frequencies(terms), self.documents)
 
     def gather(self, rows: np.ndarray) -> _Gathered:
-        """The rows' terms and weights in one pass, for every query that scores them."""
-        lengths = self.lengths[rows]
+        """The rows' terms and weights in one pass, for every query that scores them (none for a row of -1)."""
+        lengths = np.where(rows >= 0, self.lengths[rows], 0)
         at = _positions(self.starts[rows], lengths)
         owner = np.repeat(np.arange(len(rows)), lengths)
         return _Gathered(self.indices[at], self.values[at], owner, len(rows))
@@ -161,40 +160,32 @@ def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(offsets - starts, lengths)
 
 
-NO_POINT = 0
-"""The row no point gets, always empty: an unknown point's (deleted since its search) reads as a row without terms."""
-
-
 class TermMirror:
+    """Every point's sparse vectors at the row its owner gives it: the embedded store's vector mirror's row for the
+    point, so a search's candidates, read from that mirror by row, are scored without a second look-up of their ids.
+    A row of -1 (a point not held) has no terms."""
+
     def __init__(self, names: Sequence[str]) -> None:
-        self._rows: dict[Hashable, int] = {}
-        self._free: list[int] = []
         self._postings = {name: _Postings() for name in names}
 
-    def put(self, points: Sequence[Hashable], sparse: Sequence[Mapping[str, _Sparse]]) -> None:
-        """Insert or replace each point's sparse vectors (by name; a name absent or empty: none); a point given twice
+    def put(self, rows: Sequence[int], sparse: Sequence[Mapping[str, _Sparse]]) -> None:
+        """Insert or replace each row's sparse vectors (by name; a name absent or empty: none); a row given twice
         keeps its last vectors."""
-        if not self._postings:  # a store without sparse vectors: no rows to keep (8 MB at 100k points)
-            return
-        latest = dict(zip(points, sparse, strict=True))
-        rows = [self._row_for(point) for point in latest]
+        latest = dict(zip(rows, sparse, strict=True))
         for name, postings in self._postings.items():
-            postings.reserve_rows(len(self._rows) + len(self._free) + 1)
-            postings.clear(rows)
-            postings.set(rows, [vectors.get(name) for vectors in latest.values()])
+            postings.reserve_rows(max(latest, default=-1) + 1)
+            postings.clear(list(latest))
+            postings.set(list(latest), [vectors.get(name) for vectors in latest.values()])
 
-    def remove(self, points: Sequence[Hashable]) -> None:
-        rows = [row for point in points if (row := self._rows.pop(point, None)) is not None]
+    def remove(self, rows: Sequence[int]) -> None:
         for postings in self._postings.values():
             postings.clear(rows)
-        self._free += rows
 
     def scores(
-        self, queries: Mapping[str, SparseVector], points: Sequence[Hashable], using: Mapping[str, str] | None = None
+        self, queries: Mapping[str, SparseVector], rows: np.ndarray, using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:
-        """Each point's lexical score per named query (against the vector `using` names, else its own), aligned with
-        `points`; 0 for an unknown point."""
-        rows = np.fromiter(map(self._rows.get, points, repeat(NO_POINT)), dtype=np.int64, count=len(points))
+        """Each row's lexical score per named query (against the vector `using` names, else its own), aligned with
+        `rows`; 0 for a row of -1."""
         on_vector: dict[str, dict[str, SparseVector]] = {}  # each stored vector's slices read once for its queries
         for name, query in queries.items():
             on_vector.setdefault((using or {}).get(name, name), {})[name] = query
@@ -204,13 +195,12 @@ class TermMirror:
             scores |= postings.scores(named, postings.gather(rows))
         return scores
 
-    def vectors(self, point: Hashable) -> dict[str, SparseVector]:
-        """A point's stored sparse vectors by name, copied (none for an unknown point or a vector it lacks)."""
-        row = self._rows.get(point)
-        if row is None:
-            return {}
+    def vectors(self, row: int) -> dict[str, SparseVector]:
+        """A row's stored sparse vectors by name, copied (none for a vector it lacks, or for a row of -1)."""
         found = {}
         for name, postings in self._postings.items():
+            if not 0 <= row < len(postings.lengths):
+                continue
             start, length = int(postings.starts[row]), int(postings.lengths[row])
             if length:
                 end = start + length
@@ -230,10 +220,3 @@ class TermMirror:
         if len(useful) == len(query):
             return query
         return SparseVector(query.indices[useful], query.values[useful])
-
-    def _row_for(self, point: Hashable) -> int:
-        row = self._rows.get(point)
-        if row is None:
-            row = self._free.pop() if self._free else len(self._rows) + 1  # after NO_POINT
-            self._rows[point] = row
-        return row

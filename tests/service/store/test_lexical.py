@@ -71,6 +71,22 @@ def test_a_query_scored_against_another_stored_vector_equals_brute_force(store):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("conditions", [(), (Equals("shop", "a"),), (Equals("shop", "nowhere"),)])
+def test_a_search_scores_its_hits_as_lexical_scores_does(store, conditions):
+    """`scored` queries come back scored for every hit, each as `lexical_scores` and the brute force score it."""
+    queries = {"lex_title": term_vector("sony turntable shirt"), "codes": code_vector("PS-LX350H EOS-5D")}
+    using = {"codes": "lex_title"}
+    found = store.search(np.ones(8), 6, conditions, ["i1"], {"lex_title": term_vector("sony")}, queries, using)
+    assert found.lexical.keys() == queries.keys() or not found.ids
+    frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
+    hits = [TITLES[int(i[1:])] for i in found.ids]
+    for name, query in queries.items():
+        np.testing.assert_allclose(found.lexical[name], store.lexical_scores(queries, found.points, using)[name])
+        expected = lexical_scores(query, [term_vector(t) for t in hits], frequencies, documents)
+        np.testing.assert_allclose(found.lexical[name], expected, rtol=1e-4, atol=1e-5)
+    assert not store.search(np.ones(8), 6).lexical  # none asked for
+
+
 def test_a_part_number_only_match_becomes_a_candidate(store):
     rng = np.random.default_rng(1)
     far = -store.get(["i3"], with_vectors=True)["i3"].vectors["ann"]  # the dense query points away from i3
@@ -119,6 +135,10 @@ def test_scores_follow_replacements_deletions_and_a_reopen(tmp_path):
     )
     store.delete(["i0", "i6"])
     del texts["i0"], texts["i6"]
+    texts["i8"] = "Sony EOS-5D turntable"  # a point taking a deleted one's rows
+    store.upsert(
+        [StoredItem("i8", texts["i8"], "", {}, "x", stored[0].vectors, {"lex_title": term_vector(texts["i8"])})]
+    )
 
     def expected(query: str) -> np.ndarray:
         frequencies, documents = document_frequencies(term_vector(t) for t in texts.values())

@@ -13,35 +13,38 @@ def test_scores_equal_brute_force_after_churn():
     rng = np.random.default_rng(3)
     words = [f"w{n}" for n in range(60)]
     mirror = TermMirror(["lex"])
-    live: dict[str, str] = {}
+    live: dict[int, str] = {}
     for _ in range(3000):
-        point = f"p{rng.integers(0, 400)}"
+        row = int(rng.integers(0, 400))
         if rng.random() < 0.2:
-            mirror.remove([point])
-            live.pop(point, None)
+            mirror.remove([row])
+            live.pop(row, None)
         else:
             text = " ".join(rng.choice(words, size=rng.integers(0, 12)))
-            mirror.put([point], [{"lex": term_vector(text)}])
-            live[point] = text
-    points = [*live, "never-stored"]
+            mirror.put([row], [{"lex": term_vector(text)}])
+            live[row] = text
+    rows = np.array([*live, -1])  # -1: a point the owner does not hold
     documents = [term_vector(t) for t in live.values()]
     frequencies, n_documents = document_frequencies(documents)
     queries = ("w1 w2 w3", "w59", "w7 w7 w8 nothing", "")
-    alone = {query: mirror.scores({"lex": term_vector(query)}, points)["lex"] for query in queries}
+    alone = {query: mirror.scores({"lex": term_vector(query)}, rows)["lex"] for query in queries}
     # Several queries against one stored vector are scored in one pass: each as it scores alone.
-    together = mirror.scores({q: term_vector(q) for q in queries}, points, using=dict.fromkeys(queries, "lex"))
+    together = mirror.scores({q: term_vector(q) for q in queries}, rows, using=dict.fromkeys(queries, "lex"))
     for query in queries:
         expected = lexical_scores(term_vector(query), documents, frequencies, n_documents)
         np.testing.assert_allclose(alone[query][:-1], expected, rtol=1e-5, atol=1e-6)
         assert alone[query][-1] == 0
         np.testing.assert_array_equal(together[query], alone[query])
+    kept = next(row for row, text in live.items() if text)
+    np.testing.assert_array_equal(mirror.vectors(kept)["lex"].indices, term_vector(live[kept]).indices)
+    assert mirror.vectors(-1) == {}
 
 
 def test_the_candidate_query_keeps_its_strongest_terms():
     """A rare part number outweighs common words: it survives the cut, the commonest words do not."""
     mirror = TermMirror(["lex"])
     texts = [f"black new set item{n}" for n in range(100)] + ["Sony PS-LX350H turntable"] * 2
-    mirror.put([f"p{n}" for n in range(len(texts))], [{"lex": term_vector(t)} for t in texts])
+    mirror.put(list(range(len(texts))), [{"lex": term_vector(t)} for t in texts])
     query = term_vector("black new set item7 Sony PS-LX350H turntable")
     kept = mirror.strongest("lex", query, 1, keep=4)
     # item7 (in one document of 102) is rarer than the five terms of the two turntables (in 2 each)
@@ -60,22 +63,14 @@ def test_the_candidate_query_leaves_out_terms_no_document_or_too_many_hold():
     mirror = TermMirror(["lex"])
     documents = 200
     texts = [f"synthetic item n{n}" + (" rare" if n < PREFETCH_MAX_SHARE * documents else "") for n in range(documents)]
-    mirror.put([f"p{n}" for n in range(documents)], [{"lex": term_vector(t)} for t in texts])
+    mirror.put(list(range(documents)), [{"lex": term_vector(t)} for t in texts])
     query = term_vector("synthetic item n5 rare unseen")
     kept = mirror.strongest("lex", query, 1, keep=8)
     assert set(kept.indices.tolist()) == set(term_vector("n5 rare").indices.tolist())
     np.testing.assert_array_equal(kept.values, query.values[np.isin(query.indices, kept.indices)])
     assert len(mirror.strongest("lex", term_vector("synthetic item unseen"), 1)) == 0
-    mirror.put(["p199"], [{"lex": term_vector("synthetic item n199 rare")}])  # one document more than the share
+    mirror.put([199], [{"lex": term_vector("synthetic item n199 rare")}])  # one document more than the share
     assert set(mirror.strongest("lex", query, 1, keep=8).indices.tolist()) == set(term_vector("n5").indices.tolist())
     # A search of as many points as hold a term reads no more postings than it returns: the term is kept.
     common = term_vector("synthetic")
     assert mirror.strongest("lex", common, documents) is common and not len(mirror.strongest("lex", common, 199))
-
-
-def test_a_mirror_without_sparse_vectors_keeps_no_rows():
-    """A dense-only bundle's store: its points take no rows (a dict entry each, 8 MB at 100k points)."""
-    mirror = TermMirror([])
-    mirror.put(["p1", "p2"], [{}, {}])
-    mirror.remove(["p1"])
-    assert not mirror._rows and mirror.vectors("p2") == {}
