@@ -511,8 +511,9 @@ class Catalog:
             )
             stats = self.stats() if self.rerank.needs_stats else None
             ranked = self.rerank(query, candidates, lexical, stats)
-        # Each listing was read with the vectors just scored: a write since the search is not shown with a score of
-        # the text it replaced (a second read of the payloads would allow that).
+        # Each listing was read with the vectors and lexical scores just ranked on: a write since the search is not
+        # shown with a score of the text it replaced (a second read of the payloads would allow that). The components
+        # shown only are read for the shown rows after: a write in between shows those of the new text.
         best = scoring.top_k(ranked.scores, k, found.ids)
         shown = {name: values[best] for name, values in ranked.components.items()}
         if scored is not None and terms is not None and self._shown_only:

@@ -91,6 +91,26 @@ def test_a_match_that_only_shares_a_part_number_is_found(hybrid):
     assert results[0].field_scores["description"] is None and results[0].field_scores["lexical_description"] is None
 
 
+def test_a_write_after_the_search_does_not_change_what_ranked_the_items_it_read(hybrid, monkeypatch):
+    """The lexical scores a ranking reads come with the search's read of each hit (its listing and vectors): a write
+    landing between the search and the rerank does not score the shown title on the text that replaced it."""
+    hybrid.index([Item("target", "zq kettle PS-LX350H", ""), Item("query", "vintage PSLX350H", "")])
+    search = hybrid.store.search
+
+    def search_then_write(*args, **kwargs):
+        found = search(*args, **kwargs)
+        monkeypatch.setattr(hybrid.store, "search", search)
+        hybrid.index([Item("target", "zq kettle", "")])  # its part number gone, after the read
+        return found
+
+    monkeypatch.setattr(hybrid.store, "search", search_then_write)
+    [read] = [m for m in hybrid.similar_to_item("query", 5) if m.id == "target"]
+    assert read.title == "zq kettle PS-LX350H"
+    assert read.field_scores["lexical_codes"] > 0 and read.field_scores["lexical_text"] > 0
+    [now] = [m for m in hybrid.similar_to_item("query", 130) if m.id == "target"]
+    assert now.title == "zq kettle" and now.field_scores["lexical_codes"] == 0
+
+
 def test_only_model_numbers_count_as_codes(hybrid):
     """A short number or a plain word shared with the query is no code: the component is unknown (null) for a query
     without codes, whatever it shares; with a code, items without it score 0."""
