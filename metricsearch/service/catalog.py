@@ -505,9 +505,7 @@ class Catalog:
         with span("rerank", candidates=len(found.listings)):
             candidates = self._stored(found.vectors)
             lexical = (
-                None
-                if terms is None or queries is None
-                else self._lexical_components(found.lexical, terms, candidates.present, scored)
+                None if queries is None else self._lexical_components(found.lexical, terms, candidates.present, scored)
             )
             stats = self.stats() if self.rerank.needs_stats else None
             ranked = self.rerank(query, candidates, lexical, stats)

@@ -172,10 +172,11 @@ class TermMirror:
         """Insert or replace each row's sparse vectors (by name; a name absent or empty: none); a row given twice
         keeps its last vectors."""
         latest = dict(zip(rows, sparse, strict=True))
+        distinct = list(latest)
         for name, postings in self._postings.items():
-            postings.reserve_rows(max(latest, default=-1) + 1)
-            postings.clear(list(latest))
-            postings.set(list(latest), [vectors.get(name) for vectors in latest.values()])
+            postings.reserve_rows(max(distinct, default=-1) + 1)
+            postings.clear(distinct)
+            postings.set(distinct, [vectors.get(name) for vectors in latest.values()])
 
     def remove(self, rows: Sequence[int]) -> None:
         for postings in self._postings.values():
