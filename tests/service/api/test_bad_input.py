@@ -228,6 +228,16 @@ def test_a_batch_body_over_its_cap_is_413_and_one_under_it_is_answered(client):
     assert [len(answer["results"]) for answer in answers.json()["answers"]] == [1] * 4
 
 
+def test_a_batch_query_carries_the_code_it_would_get_alone(client):
+    """With the default timeout: under MS_REQUEST_TIMEOUT_S=0.001 the first query could meet the deadline before
+    its answer (503 timed_out), as it did once under the test suite's load."""
+    batch = client.post("/similar/batch", json={"queries": [{"id": "nope"}, {"id": "a", "filter": {"a.b": 1}}]})
+    assert batch.status_code == 200, batch.text
+    errors = [answer["error"] for answer in batch.json()["answers"]]
+    assert [(e["status"], e["code"]) for e in errors] == [(404, "unknown_id"), (422, "invalid_filter")]
+    assert errors[1]["detail"].startswith("queries.1: filter.a.b")
+
+
 def raw_post(port: int, path: str, body: bytes) -> int:
     """One POST on a raw socket, the whole body sent, and its status code: the attacker's side costs no Python work
     while it sends (sendall runs without the GIL), so the probes below measure the service, not the test's threads."""

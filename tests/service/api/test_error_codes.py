@@ -168,15 +168,6 @@ def test_the_size_cap_refuses_from_content_length_with_its_code(tight):
     assert answer.startswith(b"HTTP/1.1 413") and b'"code":"body_too_large"' in answer, answer
 
 
-def test_a_batch_query_carries_the_code_it_would_get_alone(tight):
-    with tight.client() as client:
-        batch = client.post("/similar/batch", json={"queries": [{"id": "nope"}, {"id": "a", "filter": {"a.b": 1}}]})
-    assert batch.status_code == 200, batch.text
-    errors = [answer["error"] for answer in batch.json()["answers"]]
-    assert [(e["status"], e["code"]) for e in errors] == [(404, "unknown_id"), (422, "invalid_filter")]
-    assert errors[1]["detail"].startswith("queries.1: filter.a.b")
-
-
 def test_openapi_error_model_declares_the_code(tight):
     with tight.client() as client:
         schemas = client.get("/openapi.json").json()["components"]["schemas"]
