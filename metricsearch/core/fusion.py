@@ -100,6 +100,7 @@ def _zscore_rows(components: Mapping[str, np.ndarray], stats: ComponentStats) ->
             row, title_row = names.index(name), names.index(title)
             z[row] = np.where(np.isnan(z[row]), z[title_row], z[row])
     # Still unknown (a query without a single term): no evidence either way, an average pair's 0. (np.nan_to_num
-    # took 10-75 us here, as much as the rest of this function: it also looks for infinities, which no score is.)
+    # took 10 us warm against 2 us for this, and in a line profile as long as the rest of this function: it also
+    # looks for infinities, which no score is.)
     np.copyto(z, 0.0, where=np.isnan(z))
     return names, z

@@ -89,8 +89,8 @@ class SearchResult:
     hashing their ids again: the point id (core.records.point_id of its item id), or, in the embedded store, that
     UUID's int (reading an int off the engine's UUID objects is about 30x cheaper than formatting a string)."""
     lexical: dict[str, np.ndarray] = field(default_factory=dict)
-    """Each hit's score for each `scored` query of the search (as `lexical_scores` gives them), read with its
-    listing and vectors."""
+    """Each hit's score for each `scored` query of the search (as `lexical_scores` gives them): read with its listing
+    and vectors by the embedded store, in a second call by a server store."""
 
     @property
     def ids(self) -> list[str]:
