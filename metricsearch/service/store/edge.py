@@ -336,8 +336,11 @@ class EdgeStore:
             records = self._shard.retrieve(point_ids, True, with_vectors)
             # With the vectors, the sparse ones as the term mirror holds them: an item's query (Catalog.item_query)
             # then needs no analysis of its texts.
-            rows = self._mirror.row_of([r.id.int for r in records]).tolist()
-            sparse = [self._terms.vectors(row) for row in rows] if with_vectors else [None] * len(records)
+            if with_vectors:
+                rows = self._mirror.row_of([r.id.int for r in records]).tolist()
+                sparse = [self._terms.vectors(row) for row in rows]
+            else:
+                sparse = [None] * len(records)
         items = (
             from_payload(r.payload, r.vector if with_vectors else None, self._schema.sizes, terms)
             for r, terms in zip(records, sparse, strict=True)

@@ -97,8 +97,8 @@ class VectorMirror(Generic[Entry]):
 
     def rows(self, ids: Sequence[Hashable]) -> list[int]:
         """The rows of those of `ids` that are held (the census keeps each item's metadata at its row)."""
-        rows = self._rows
-        return [rows[i] for i in ids if i in rows]
+        rows = self.row_of(ids)
+        return rows[rows >= 0].tolist()
 
     def points_at(self, rows: np.ndarray) -> list[Hashable]:
         points = self._points
