@@ -29,7 +29,7 @@ import math
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -65,12 +65,31 @@ def analyze(text: str) -> list[str]:
     digit in it (a model or part number: "PS-LX350H", "EOS-5D"), the pieces joined ("pslx350h"), so that both
     spellings of a part number share a term."""
     terms: list[str] = []
-    for word in unicodedata.normalize("NFKC", text).lower().split():
-        pieces = _PIECES.findall(word)
-        terms += pieces
-        if len(pieces) > 1 and any(c.isdigit() for c in word):
-            terms.append("".join(pieces))
+    for word in _words(text):
+        terms += _word_terms(word)
     return terms
+
+
+def code_terms(text: str) -> set[str]:
+    """The text's distinct terms that are codes (`is_code`), from its words with a digit alone: a code has a digit,
+    and each term comes from one word, so the rest cannot hold one (a stored item's query: 12 us instead of 17 for
+    analysing every word, warm, on the 100k synthetic items of BENCHMARKS.md "Hybrid at scale")."""
+    return {term for word in _words(text) if _has_digit(word) for term in _word_terms(word) if is_code(term)}
+
+
+def _words(text: str) -> list[str]:
+    return unicodedata.normalize("NFKC", text).lower().split()
+
+
+def _word_terms(word: str) -> list[str]:
+    pieces = _PIECES.findall(word)
+    if len(pieces) > 1 and _has_digit(word):
+        return [*pieces, "".join(pieces)]
+    return pieces
+
+
+def _has_digit(word: str) -> bool:
+    return not word.isalpha() and any(c.isdigit() for c in word)  # most words: decided without a look at each letter
 
 
 def is_code(term: str) -> bool:
@@ -120,10 +139,14 @@ def _weighted(ids: list[int]) -> SparseVector:
 
 def _codes(terms: list[str], vector: SparseVector) -> SparseVector:
     """`vector` (the term vector of `terms`) with only the code terms kept; each distinct term is looked at once."""
-    codes = {term_id(t) for t in set(terms) if is_code(t)}
-    if not codes:
+    return _kept(vector, {term_id(t) for t in set(terms) if is_code(t)})
+
+
+def _kept(vector: SparseVector, ids: set[int]) -> SparseVector:
+    """`vector` with only the terms whose ids are in `ids`."""
+    if not ids:
         return SparseVector.empty()
-    kept = np.fromiter((i in codes for i in vector.indices.tolist()), dtype=bool, count=len(vector))
+    kept = np.fromiter((i in ids for i in vector.indices.tolist()), dtype=bool, count=len(vector))
     return SparseVector(vector.indices[kept], vector.values[kept])
 
 
@@ -188,14 +211,18 @@ class LexicalFields:
         ids = {"title": title_ids, "description": description_ids, WHOLE_TEXT: title_ids + description_ids}
         return ids, title_terms + description_terms
 
-    def present(self, fields: Sequence[str], present: np.ndarray) -> dict[str, np.ndarray]:
-        """Per lexical vector, which items hold its field, from `present` (items x `fields`, the embedded fields):
-        the whole text, never missing, is held by all."""
+    def present(
+        self, fields: Sequence[str], present: np.ndarray, names: Collection[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Per lexical component (those in `names`, else all), which items hold its field, from `present` (items x
+        `fields`, the embedded fields): the whole text, never missing, is held by all."""
         everyone = np.ones(len(present), dtype=bool)
         held = {
-            name: present[:, fields.index(field)] if field in fields else everyone for field, name in self.names.items()
+            name: present[:, fields.index(field)] if field in fields else everyone
+            for field, name in self.names.items()
+            if names is None or name in names
         }
-        return {**held, CODES: everyone}
+        return held if names is not None and CODES not in names else {**held, CODES: everyone}
 
     def documents(self, title: str, description: str) -> dict[str, SparseVector]:
         """A field without a term gets an empty vector (a store keeps none)."""
@@ -228,7 +255,8 @@ class LexicalFields:
         items)."""
         whole = documents.get(self.names[WHOLE_TEXT], SparseVector.empty())
         vectors = {name: documents[name] for name in self.names.values() if name in documents}
-        vectors[CODES] = _codes(analyze(title) + analyze(description), whole)
+        codes = {term_id(term) for term in code_terms(title) | code_terms(description)}
+        vectors[CODES] = _kept(whole, codes)
         return {name: vector for name, vector in vectors.items() if len(vector)}
 
 

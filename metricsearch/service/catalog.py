@@ -348,7 +348,7 @@ class Catalog:
         """The components in `names` (else all) from the store's `scores`; NaN where the query has no term in the
         field or the candidate lacks it (the whole text is never missing)."""
         assert self.lexical is not None, "only a bundle with lexical vectors has lexical components"
-        held = {n: h for n, h in self.lexical.present(self.fields, present).items() if names is None or n in names}
+        held = self.lexical.present(self.fields, present, names)
         return {
             name: np.where(here & (name in terms), scores.get(name, np.zeros(len(present))), np.nan)
             for name, here in held.items()

@@ -18,6 +18,7 @@ from metricsearch.core.lexical import (
     LexicalFields,
     SparseVector,
     analyze,
+    code_terms,
     code_vector,
     document_frequencies,
     idf,
@@ -163,6 +164,13 @@ def test_queries_carry_codes_only_when_there_are_some_and_score_them_on_the_whol
     assert CODES not in fields.queries("Sony turntable", "belt drive")
     assert set(fields.queries(None, None, free_text="eos 5d")) == {*fields.names.values(), CODES}
     assert CODES not in fields.queries(None, None, free_text="camera")
+
+
+@given(text=st.text() | st.sampled_from(["Ｋ１２３ x² ½ ①-a ٣٤٥٦٧ A1-b-2 12-34 ab-cd 12345", "EOS-5D mk2, 2012"]))
+def test_code_terms_are_the_analyzers_codes(text):
+    """Read from the words with a digit alone, they are what analysing every word finds (digits that only NFKC
+    makes digits, other scripts' digits and fractions included)."""
+    assert code_terms(text) == {term for term in analyze(text) if is_code(term)}
 
 
 @pytest.mark.parametrize(

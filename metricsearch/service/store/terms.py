@@ -122,17 +122,17 @@ class _Postings:
     def scores(self, queries: Mapping[str, SparseVector], rows: _Gathered) -> dict[str, np.ndarray]:
         """sum_t idf_t q_t d_t of each gathered row, for every query at once: the rows' terms are looked up once
         among all the queries' terms (a whole text and its codes share most)."""
-        if len(queries) == 1:  # most calls: its ascending terms are the lookup table as they are
-            (query,) = queries.values()
-            terms = query.indices
-            weights = (query.values.astype(np.float64) * self.idf(terms))[:, None]
-        else:
+        first, *others = queries.values()
+        # The first query's ascending terms are the lookup table when they hold every other's (most calls: one query,
+        # or a whole text and its codes, drawn from it); else their union.
+        terms = first.indices
+        if not all(_holds(terms, query.indices) for query in others):
             terms = np.unique(np.concatenate([query.indices for query in queries.values()]))
-            term_idf = self.idf(terms)
-            weights = np.zeros((len(terms), len(queries)))
-            for column, query in enumerate(queries.values()):
-                at = np.searchsorted(terms, query.indices)
-                weights[at, column] = query.values.astype(np.float64) * term_idf[at]
+        term_idf = self.idf(terms)
+        weights = np.zeros((len(terms), len(queries)))
+        for column, query in enumerate(queries.values()):
+            at = slice(None) if query.indices is terms else np.searchsorted(terms, query.indices)
+            weights[at, column] = query.values * term_idf[at]
         if not len(terms):
             return {name: np.zeros(rows.count) for name in queries}
         slot = np.minimum(np.searchsorted(terms, rows.terms), len(terms) - 1)
@@ -151,6 +151,14 @@ class _Gathered(NamedTuple):
     owner: np.ndarray
     """Each term's row (an index into the rows gathered)."""
     count: int
+
+
+def _holds(terms: np.ndarray, part: np.ndarray) -> bool:
+    """Whether ascending `terms` hold every one of ascending `part`."""
+    if not len(part):
+        return True
+    at = np.searchsorted(terms, part)
+    return bool(at[-1] < len(terms)) and bool((terms[at] == part).all())
 
 
 def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from metricsearch.core.lexical import document_frequencies, lexical_scores, term_vector
+from metricsearch.core.lexical import SparseVector, document_frequencies, lexical_scores, term_vector
 from metricsearch.service.store.terms import PREFETCH_MAX_SHARE, TermMirror
+
+NESTED = dict.fromkeys(("whole", "part", "empty"), "lex")
 
 
 def test_scores_equal_brute_force_after_churn():
@@ -35,6 +37,13 @@ def test_scores_equal_brute_force_after_churn():
         np.testing.assert_allclose(alone[query][:-1], expected, rtol=1e-5, atol=1e-6)
         assert alone[query][-1] == 0
         np.testing.assert_array_equal(together[query], alone[query])
+    # A query holding every term of the others (a whole text and its codes) is their lookup table: the same scores.
+    whole = term_vector("w1 w2 w3 w7 w7 nothing")
+    part = SparseVector(whole.indices[1::2], whole.values[1::2])
+    nested = mirror.scores({"whole": whole, "part": part, "empty": SparseVector.empty()}, rows, using=NESTED)
+    for name, query in (("whole", whole), ("part", part)):
+        np.testing.assert_array_equal(nested[name], mirror.scores({"lex": query}, rows)["lex"])
+    assert not nested["empty"].any()
     kept = next(row for row, text in live.items() if text)
     np.testing.assert_array_equal(mirror.vectors(kept)["lex"].indices, term_vector(live[kept]).indices)
     assert mirror.vectors(-1) == {}
