@@ -1,14 +1,16 @@
 """Hybrid retrieval at scale: what the lexical candidates and the fused rerank cost and find at 100k items.
 
     .venv/bin/python -m bench.hybrid_scale [--items 100000] [--requests 400] [--rounds 3] [--recall-queries 100]
-        [--recall-k 10 100]
+        [--recall-k 10 100] [--then 8b92c43]
 
 One synthetic catalog (clusters of near-duplicates: per-field dense vectors around the cluster's, titles and
 descriptions that share the cluster's words and part number among Zipf-distributed vocabulary) is stored twice:
 with the default bundle (dense + lexical vectors, fused rerank) and with the same bundle without lexical vectors
 (the service before hybrid retrieval). Both are served at once and get the same /similar by id requests through
-HTTP, each request to both in turn, so a ratio holds on a shared machine whose speed drifts, in rounds that start both
-anew (one pair of processes does not make the figure). Candidate recall: the share
+HTTP, each request to each in turn, so a ratio holds on a shared machine whose speed drifts, in rounds that start them
+anew (one set of processes does not make the figure). With --then COMMIT, a third service serves the dense-only store
+with that commit's code (a git worktree) and its own export of the packaged model: the issue's target compares with
+the service of the day it was filed, not with this code's dense-only path. Candidate recall: the share
 of the exact fused top 10 (every item reranked) that the service's own candidates (dense ANN + the whole text's
 lexical matches) lead to, in process on the same store. Writes the "Hybrid at scale" section of BENCHMARKS.md.
 """
@@ -16,13 +18,17 @@ lexical matches) lead to, in process on the same store. Writes the "Hybrid at sc
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -51,6 +57,10 @@ VOCABULARY = 30_000
 CLUSTER = 20
 LATENCY_K = (10, 100)
 """The page sizes the by-id latency is measured at."""
+DENSE, THEN, FUSED = "dense only", "then", "fused"
+"""The services a latency round serves (THEN only with --then)."""
+ISSUE_DAY = "8b92c43"
+"""The commit of the day the hybrid retrieval issue was filed: its by-id p50 is what the target compares with."""
 DEFAULT_MIN, DEFAULT_FACTOR = (Settings.model_fields[f].default for f in ("candidates_min", "candidates_factor"))
 """The service's default candidate count (MS_CANDIDATES_MIN / _FACTOR): the recall measured is the served one."""
 
@@ -195,23 +205,32 @@ def candidate_recall(
     }
 
 
+class Served(NamedTuple):
+    """One service of a latency round: its bundle and store, and a checkout of other code to serve them with."""
+
+    bundle: Path
+    data_dir: Path
+    code: Path | None = None
+
+
 def by_id_latency(
-    stores: dict[Path, Path], ids: list[str], requests: int, rounds: int
-) -> tuple[dict[str, dict], dict[int, list[float]]]:
-    """{bundle name: {k: (p50, p99, server p50)}} over every round's requests, and per k each round's p50 ratio of the
-    last service to the first. Each round starts every service anew, so one pair of processes (their cores, their
-    memory) does not make the figure: runs of the same code gave 1.29x to 1.44x at k=10 on this shared machine. In a
-    round both are up at once: each request goes to each service in turn, the order alternating, so the machine's
-    drift in speed falls on them alike."""
+    services: dict[str, Served], ids: list[str], requests: int, rounds: int
+) -> tuple[dict[str, dict], dict[int, list[dict[str, float]]]]:
+    """{service: {k: (p50, p99, server p50)}} over every round's requests, and per k each round's p50 per service.
+    Each round starts every service anew, so one set of processes (their cores, their memory) does not make the
+    figure: runs of the same code gave 1.29x to 1.44x at k=10 on this shared machine. In a round all are up at once:
+    each request goes to each service in turn, the order rotating and alternating, so the machine's drift in speed
+    falls on them alike."""
     env = {"MS_OPTIMIZE_AFTER_WRITES": "0", "MS_ANSWER_CACHE_SIZE": "0"}
     rng = np.random.default_rng(1)
-    samples = {bundle.name: {k: ([], []) for k in LATENCY_K} for bundle in stores}
-    ratios: dict[int, list[float]] = {k: [] for k in LATENCY_K}
+    samples = {name: {k: ([], []) for k in LATENCY_K} for name in services}
+    per_round: dict[int, list[dict[str, float]]] = {k: [] for k in LATENCY_K}
+    names = list(services)
     for _ in tqdm(range(rounds), desc="latency rounds"):
-        services = {bundle.name: ServiceProcess(bundle, data_dir, env) for bundle, data_dir in stores.items()}
+        processes = {name: ServiceProcess(s.bundle, s.data_dir, env, s.code) for name, s in services.items()}
         clients = {}
         try:
-            for name, service in services.items():
+            for name, service in processes.items():
                 service.start()
                 clients[name] = Client(service.port)
             warm_up = [{"id": ids[i], "k": 10} for i in rng.integers(0, len(ids), 50)]  # page in
@@ -220,23 +239,46 @@ def by_id_latency(
             for k in LATENCY_K:
                 here = {name: [] for name in services}
                 for n, i in enumerate(rng.integers(0, len(ids), requests)):
-                    for name in list(clients)[:: 1 if n % 2 else -1]:
+                    turn = names[n % len(names) :] + names[: n % len(names)]
+                    for name in turn[:: 1 if n % 2 else -1]:
                         latency, server_ms = timed_requests(clients[name], [{"id": ids[i], "k": k}])
                         here[name] += latency
                         samples[name][k][0].extend(latency)
                         samples[name][k][1].extend(server_ms)
-                first, *_, last = here.values()
-                ratios[k].append(percentile(last, 50) / percentile(first, 50))
+                per_round[k].append({name: percentile(values, 50) for name, values in here.items()})
         finally:
             for client in clients.values():
                 client.close()
-            for service in services.values():
+            for service in processes.values():
                 service.stop()
     results = {
         name: {k: (percentile(lat, 50), percentile(lat, 99), statistics.median(srv)) for k, (lat, srv) in by_k.items()}
         for name, by_k in samples.items()
     }
-    return results, ratios
+    return results, per_round
+
+
+def checkout(commit: str, folder: Path) -> Path:
+    """The repository at `commit`, as a detached worktree (removed by `remove_checkout`)."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--quiet", "--detach", str(folder), commit], check=True)
+    return folder
+
+
+def remove_checkout(folder: Path) -> None:
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(folder)], check=True)
+
+
+def export_with(code: Path, out: Path) -> Path:
+    """The packaged model exported by the checkout's own CLI (`export --bundle`; before 2a0b26a, `export --out`)."""
+    command = [sys.executable, "-m", "metricsearch.cli", "export"]
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    for option in ("--bundle", "--out"):
+        done = subprocess.run([*command, option, str(out)], cwd=code, env=env, capture_output=True, text=True)
+        if done.returncode != 2:  # 2: the CLI does not know the option
+            break
+    if done.returncode != 0:
+        raise RuntimeError(f"export at {code} failed: {done.stderr[-2000:]}")
+    return out
 
 
 def main() -> None:
@@ -244,9 +286,15 @@ def main() -> None:
     parser.add_argument("--bundle", type=Path, default=ROOT / "bundles/all-minilm-l6-v2")
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=400, help="by-id requests per k, service and round")
-    parser.add_argument("--rounds", type=int, default=3, help="latency rounds, each with both services started anew")
+    parser.add_argument("--rounds", type=int, default=3, help="latency rounds, each with every service started anew")
     parser.add_argument("--recall-queries", type=int, default=100)
     parser.add_argument("--recall-k", type=int, nargs="+", default=[10], help="candidate recall of the exact top k")
+    parser.add_argument(
+        "--then",
+        metavar="COMMIT",
+        help=f"also serve the dense-only store with this commit's code and its own export of the packaged model, in "
+        f"the same rounds: the service the target compares with ({ISSUE_DAY}: the commit the issue was filed on)",
+    )
     args = parser.parse_args()
     started = time.time()
     items, fields = synthetic_catalog(args.items, load_bundle(args.bundle).manifest.encoder.dim)
@@ -260,20 +308,28 @@ def main() -> None:
         recall = candidate_recall(
             args.bundle, items, fields, workdir / f"store-{args.bundle.name}", queries, args.recall_k
         )
-        latency, ratios = by_id_latency(
-            {b: workdir / f"store-{b.name}" for b in (plain, args.bundle)}, ids, args.requests, args.rounds
-        )
+        services = {DENSE: Served(plain, workdir / f"store-{plain.name}")}
+        code = checkout(args.then, workdir / "then") if args.then else None
+        try:
+            if code is not None:  # its own copy of the store: two services cannot open one at once
+                shutil.copytree(workdir / f"store-{plain.name}", workdir / "store-then")
+                services[THEN] = Served(export_with(code, workdir / "then-bundle"), workdir / "store-then", code)
+            services[FUSED] = Served(args.bundle, workdir / f"store-{args.bundle.name}")
+            latency, per_round = by_id_latency(services, ids, args.requests, args.rounds)
+        finally:
+            if code is not None:
+                remove_checkout(code)
 
-    fused, before = latency[args.bundle.name], latency[plain.name]
+    then = f" --then {args.then}" if args.then else ""
     lines = [
         f"Machine: {machine()} (shared), CPython {platform.python_version()}; bundle "
         f"`{args.bundle.name}`; embedded store (qdrant-edge, HNSW built); answer cache off; whole run "
         f"{(time.time() - started) / 60:.0f} min.",
         f"Command: `.venv/bin/python -m bench.hybrid_scale --items {args.items} --requests {args.requests} "
         f"--rounds {args.rounds} --recall-queries {args.recall_queries} "
-        f"--recall-k {' '.join(map(str, args.recall_k))}` "
-        f"(one run; client and services share the cores; {args.rounds} rounds, each with both services started anew "
-        "and up at once, each request sent to both in turn; the table pools every round's requests).",
+        f"--recall-k {' '.join(map(str, args.recall_k))}{then}` "
+        f"(one run; client and services share the cores; {args.rounds} rounds, each with every service started anew "
+        "and all up at once, each request sent to each in turn; the table pools every round's requests).",
         f"Catalog: {args.items:,} synthetic items in clusters of about {CLUSTER} (dense vectors around the cluster's; "
         "titles and descriptions sharing the cluster's words and, for 70%, a part number, among Zipf-distributed "
         f"words of a {VOCABULARY:,}-word vocabulary).",
@@ -281,19 +337,28 @@ def main() -> None:
         "| `/similar` by id, HTTP | k | p50 ms | p99 ms | server p50 ms | p50 vs dense only |",
         "|---|---|---|---|---|---|",
     ]
+    labels = {
+        DENSE: "dense only (no lexical vectors, metric alone)",
+        THEN: f"the service at {args.then} (dense only, its own code and bundle)",
+        FUSED: "default bundle (dense + lexical candidates, fused rerank)",
+    }
     for k in LATENCY_K:
-        for label, row in (
-            ("dense only (no lexical vectors, metric alone)", before[k]),
-            ("default bundle (dense + lexical candidates, fused rerank)", fused[k]),
-        ):
-            ratio = row[0] / before[k][0]
-            lines.append(f"| {label} | {k} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {ratio:.2f} |")
-    lines += [
-        "",
-        "Each round's p50 vs dense only: "
-        + "; ".join(f"k = {k}: " + ", ".join(f"{r:.2f}" for r in ratios[k]) for k in LATENCY_K)
-        + ".",
-    ]
+        for name in services:
+            row = latency[name][k]
+            ratio = row[0] / latency[DENSE][k][0]
+            lines.append(f"| {labels[name]} | {k} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {ratio:.2f} |")
+    for peer in (p for p in (DENSE, THEN) if p in services):
+        lines += [
+            "",
+            f"The default bundle's p50 vs {labels[peer].split(' (')[0]}, pooled (each round's): "
+            + "; ".join(
+                f"k = {k}: {latency[FUSED][k][0] / latency[peer][k][0]:.2f}x ("
+                + ", ".join(f"{r[FUSED] / r[peer]:.2f}" for r in per_round[k])
+                + ")"
+                for k in LATENCY_K
+            )
+            + ".",
+        ]
     for k, r in recall.items():
         lines += [
             "",
@@ -303,7 +368,9 @@ def main() -> None:
         ]
     lines += [
         "",
-        "Target (issue: hybrid retrieval): by id p50 no more than 1.3x the dense-only service's.",
+        "Target (issue: hybrid retrieval): by id p50 no more than 1.3x today's, the service of the day the issue was "
+        f"filed ({ISSUE_DAY}; `--then {ISSUE_DAY}`), measured in the same run; the dense-only service of this code "
+        "stands for it when it is not served.",
     ]
     table = "\n".join(lines)
     print(table)
