@@ -328,8 +328,9 @@ def main() -> None:
         f"Command: `.venv/bin/python -m bench.hybrid_scale --items {args.items} --requests {args.requests} "
         f"--rounds {args.rounds} --recall-queries {args.recall_queries} "
         f"--recall-k {' '.join(map(str, args.recall_k))}{then}` "
-        f"(one run; client and services share the cores; {args.rounds} rounds, each with every service started anew "
-        "and all up at once, each request sent to each in turn; the table pools every round's requests).",
+        f"(one run; client and services share the cores; {args.rounds} round{'s' if args.rounds != 1 else ''}, each "
+        "with every service started anew and all up at once, each request sent to each in turn; the table pools every "
+        "round's requests).",
         f"Catalog: {args.items:,} synthetic items in clusters of about {CLUSTER} (dense vectors around the cluster's; "
         "titles and descriptions sharing the cluster's words and, for 70%, a part number, among Zipf-distributed "
         f"words of a {VOCABULARY:,}-word vocabulary).",
