@@ -348,10 +348,11 @@ def main() -> None:
             row = latency[name][k]
             ratio = row[0] / latency[DENSE][k][0]
             lines.append(f"| {labels[name]} | {k} | {row[0]:.2f} | {row[1]:.2f} | {row[2]:.2f} | {ratio:.2f} |")
-    for peer in (p for p in (DENSE, THEN) if p in services):
+    peers = {DENSE: "dense only", THEN: f"the service at {args.then}"}
+    for peer in (p for p in peers if p in services):
         lines += [
             "",
-            f"The default bundle's p50 vs {labels[peer].split(' (')[0]}, pooled (each round's): "
+            f"The default bundle's p50 vs {peers[peer]}, pooled (each round's): "
             + "; ".join(
                 f"k = {k}: {latency[FUSED][k][0] / latency[peer][k][0]:.2f}x ("
                 + ", ".join(f"{r[FUSED] / r[peer]:.2f}" for r in per_round[k])
