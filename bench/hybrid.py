@@ -253,10 +253,10 @@ self-supervised signals (pseudo-queries; pairs of items that alone share a part 
 {PSEUDO_MARGIN} MRR. Either signal alone chose weights that did worse on the gold matches than the default
 ("Hybrid: label-free tuning" below).
 
-`lexical_codes` is the query's model and part numbers alone (terms of letters and digits, or of five digits or more)
-against each item's whole text: a match on those is rare between different products and common between listings of
-the same one, while a shared short number or common word says little (STS-benchmark's news and captions share
-those).
+`lexical_codes` is the query's model and part numbers alone (terms of letters and digits, or of five digits or more,
+and their stems: analyzer v2, "Hybrid: code stems" below) against each item's whole text: a match on those is rare
+between different products and common between listings of the same one, while a shared short number or common word
+says little (STS-benchmark's news and captions share those).
 
 Free text: Abt's titles alone as queries over Buy's items (the search box of a storefront; MRR@10, a match past 10
 counts 0). Targets: >= 0.80 (txtai 9.14 with the same model, one text per item: 0.755, measured by the issue's

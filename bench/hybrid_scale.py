@@ -77,7 +77,9 @@ def spelled(n: int) -> str:
 
 
 def synthetic_catalog(n: int, dim: int, seed: int = 0) -> tuple[list[dict], np.ndarray]:
-    """n items in clusters of about CLUSTER: texts and (n, 2, dim) per-field unit vectors (title, description)."""
+    """n items in clusters of about CLUSTER: texts and (n, 2, dim) per-field unit vectors (title, description). Most
+    titles hold a part number whose suffix letter varies within the cluster ("PN-00042b"): the analyzer's stems
+    ("pn00042", "00042") are shared there, as a model number's are between shops."""
     rng = np.random.default_rng(seed)
     rank = 48
     basis = rng.standard_normal((rank, dim)).astype(np.float32)
@@ -95,7 +97,7 @@ def synthetic_catalog(n: int, dim: int, seed: int = 0) -> tuple[list[dict], np.n
     items = []
     for i, c in enumerate(of):
         shared = [spelled(w) for w in own_words[c]]
-        part = f"PN-{c:05d}{rng.integers(0, 3)}" if rng.random() < 0.7 else ""
+        part = f"PN-{c:05d}{'abc'[rng.integers(0, 3)]}" if rng.random() < 0.7 else ""  # a shop's suffix: its stems
         title = " ".join([*shared[:3], *words(3), part]).strip()
         description = " ".join([*shared[3:], *words(14)])
         items.append({"id": f"s{i}", "title": title, "description": description})

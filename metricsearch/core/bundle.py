@@ -96,12 +96,18 @@ class FieldSpec(_Strict):
     weight: float = Field(ge=0.0)
 
 
+CODE_STEMS = "words+joined-part-numbers+code-stems/v2"
+"""The analyzer that adds each code's stems ("kdl40v" of "kdl40v5100b"), what `metricsearch export` writes."""
+
+
 class LexicalSpec(_Strict):
     """The sparse term vectors stored beside the dense ones, per embedded field and for the whole text
     (core/lexical.py)."""
 
-    analyzer: Literal["words+joined-part-numbers/v1"] = Field(
-        "words+joined-part-numbers/v1", description="the tokenizer of core/lexical.py that made the stored terms"
+    analyzer: Literal["words+joined-part-numbers/v1", "words+joined-part-numbers+code-stems/v2"] = Field(
+        CODE_STEMS,
+        description="the tokenizer of core/lexical.py that made the stored terms: v1 without code stems, v2 with "
+        "them (a store keeps the analyzer of the bundle that built it)",
     )
     weighting: Literal["sublinear-tf-l2/v1"] = Field(
         "sublinear-tf-l2/v1",

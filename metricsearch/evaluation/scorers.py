@@ -121,7 +121,7 @@ class BundleScorer:
                 vectors = encoded[i][:, :dim]
                 fields, present = scoring.normalize_rows(vectors), np.linalg.norm(vectors, axis=-1) > 0
                 queries.append(FieldVectors(fields, present, self._factors(encoded[i][None])[0]))
-        lexical = self._lexical(data.queries, data.candidates, stored_present)
+        lexical = self.lexical_matrices(data.queries, data.candidates, stored_present)
         return queries, candidates, lexical
 
     def components(
@@ -134,7 +134,7 @@ class BundleScorer:
                 rows.setdefault(name, []).append(values)
         return {name: np.stack(values) for name, values in rows.items()}
 
-    def _lexical(
+    def lexical_matrices(
         self, queries: Sequence[Item], candidates: Sequence[Item], present: np.ndarray
     ) -> dict[str, np.ndarray] | None:
         """Every query's lexical score against every candidate per lexical field, idf over the candidates (the
@@ -156,7 +156,7 @@ class BundleScorer:
         """The catalog's component statistics as the service estimates them: pairs among the same sample."""
         sample = stats_sample([item.id for item in items])
         picked = FieldVectors(stored.fields[sample], stored.present[sample], stored.factors[sample])
-        lexical = self._lexical([items[j] for j in sample], items, stored.present)
+        lexical = self.lexical_matrices([items[j] for j in sample], items, stored.present)
         parts: dict[str, list[np.ndarray]] = {}
         for n in range(len(sample)):
             query = FieldVectors(picked.fields[n], picked.present[n], picked.factors[n])

@@ -30,7 +30,7 @@ from metricsearch.core.augment import title_variant
 from metricsearch.core.bundle import FUSION_COMPONENTS, FusionSpec, load_bundle, write_manifest
 from metricsearch.core.errors import InvalidInputError
 from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE, zscores
-from metricsearch.core.lexical import analyze, is_code
+from metricsearch.core.lexical import code_terms
 from metricsearch.core.readers import read_catalog_list, records
 from metricsearch.core.records import Item
 from metricsearch.evaluation.datasets import EvalData
@@ -77,9 +77,10 @@ def pseudo_queries(items: Sequence[Item], n: int, seed: int) -> tuple[list[Item]
 
 
 def code_pairs(items: Sequence[Item], n: int, seed: int) -> list[tuple[int, int]]:
-    """Up to n (query, match) positions of items that alone in the catalog share a code, each item a query once."""
+    """Up to n (query, match) positions of items that alone in the catalog share a code, each item a query once. A
+    whole code, never a stem: a stem names a series, not one product."""
     codes = [
-        {t for t in analyze(f"{item.title} {item.description}") if is_code(t) and len(t) >= CODE_MIN_LENGTH}
+        {t for t in code_terms(f"{item.title} {item.description}", stems=False) if len(t) >= CODE_MIN_LENGTH}
         for item in items
     ]
     holders: dict[str, list[int]] = {}

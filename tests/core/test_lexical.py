@@ -30,9 +30,23 @@ from metricsearch.core.lexical import (
 
 
 def test_part_numbers_match_whatever_their_punctuation():
-    assert analyze("Sony PS-LX350H Turntable") == ["sony", "ps", "lx350h", "pslx350h", "turntable"]
+    assert analyze("Sony PS-LX350H Turntable", stems=False) == ["sony", "ps", "lx350h", "pslx350h", "turntable"]
     assert "pslx350h" in analyze("PSLX350H") and "pslx350h" in analyze("ps-lx350h")
-    assert analyze("Canon EOS-5D, 21.1MP") == ["canon", "eos", "5d", "eos5d", "21", "1mp", "211mp"]
+    assert analyze("Canon EOS-5D, 21.1MP", stems=False) == ["canon", "eos", "5d", "eos5d", "21", "1mp", "211mp"]
+
+
+def test_a_codes_stems_are_its_leading_letter_and_digit_runs():
+    """Analyzer v2: a model number with a shop's suffix shares its stem with the bare one."""
+    assert analyze("Sony KDL-40V5100B") == [
+        *["sony", "kdl", "40v5100b", "kdl40v5100b"],
+        *["40v", "40v5100"],  # the piece's stems
+        *["kdl40", "kdl40v", "kdl40v5100"],  # the joined code's
+    ]
+    assert set(analyze("lorex lw1002w")) & set(analyze("Lorex LW1002")) == {"lorex", "lw1002"}
+    assert set(analyze("ihome id9svc")) & set(analyze("ihome id9s")) == {"ihome", "id9"}
+    assert analyze("eos-5d mk2") == ["eos", "5d", "eos5d", "eos5", "mk2"]  # a stem is a code: not "eos", "5" or "mk"
+    assert analyze("xrs-9645 12345678 2180 sony") == ["xrs", "9645", "xrs9645", "12345678", "2180", "sony"]
+    assert analyze("A1-a1 a1a1") == ["a1", "a1", "a1a1", "a1a", "a1a1", "a1", "a1a"]  # once a word, none its term
 
 
 def test_words_without_digits_are_not_joined_and_unicode_is_folded():
@@ -139,8 +153,8 @@ def test_idf_is_qdrants_and_positive():
 
 
 def test_codes_are_model_and_part_numbers_not_short_numbers_or_words():
-    codes = [t for t in analyze("Sony KDL-40V5100 40in LCD, 2012 model, 3 pack, UPC 027242774727") if is_code(t)]
-    assert codes == ["40v5100", "kdl40v5100", "40in", "027242774727"]
+    text = "Sony KDL-40V5100 40in LCD, 2012 model, 3 pack, UPC 027242774727"
+    assert [t for t in analyze(text, stems=False) if is_code(t)] == ["40v5100", "kdl40v5100", "40in", "027242774727"]
     assert not any(is_code(t) for t in analyze("3 killed in 2012 blast, 40 hurt"))
     assert is_code("12345") and not is_code("1234") and is_code("5d") and not is_code("sony")
 
@@ -148,7 +162,7 @@ def test_codes_are_model_and_part_numbers_not_short_numbers_or_words():
 def test_a_code_vector_keeps_the_code_terms_with_their_weights():
     text = "Canon EOS-5D camera body 12345"
     whole, codes = term_vector(text), code_vector(text)
-    kept = {term_id(t) for t in ("5d", "eos5d", "12345")}
+    kept = {term_id(t) for t in ("5d", "eos5d", "eos5", "12345")}
     assert set(codes.indices.tolist()) == kept
     weight = dict(zip(whole.indices.tolist(), whole.values.tolist(), strict=True))
     assert codes.values.tolist() == [weight[i] for i in codes.indices.tolist()]
@@ -160,17 +174,20 @@ def test_queries_carry_codes_only_when_there_are_some_and_score_them_on_the_whol
     assert fields.using == {CODES: fields.names[WHOLE_TEXT]}
     with_code = fields.queries("Sony PS-LX350H", "a turntable")
     assert set(with_code) == {"lexical_title", "lexical_description", "lexical_text", CODES}
-    assert set(with_code[CODES].indices.tolist()) == {term_id("lx350h"), term_id("pslx350h")}
+    assert set(with_code[CODES].indices.tolist()) == {term_id(t) for t in ("lx350h", "pslx350h", "lx350", "pslx350")}
     assert CODES not in fields.queries("Sony turntable", "belt drive")
     assert set(fields.queries(None, None, free_text="eos 5d")) == {*fields.names.values(), CODES}
     assert CODES not in fields.queries(None, None, free_text="camera")
 
 
-@given(text=st.text() | st.sampled_from(["Ｋ１２３ x² ½ ①-a ٣٤٥٦٧ A1-b-2 12-34 ab-cd 12345", "EOS-5D mk2, 2012"]))
-def test_code_terms_are_the_analyzers_codes(text):
+@given(
+    text=st.text() | st.sampled_from(["Ｋ１２３ x² ½ ①-a ٣٤٥٦٧ A1-b-2 12-34 ab-cd 12345", "EOS-5D mk2, 2012"]),
+    stems=st.booleans(),
+)
+def test_code_terms_are_the_analyzers_codes(text, stems):
     """Read from the words with a digit alone, they are what analysing every word finds (digits that only NFKC
-    makes digits, other scripts' digits and fractions included)."""
-    assert code_terms(text) == {term for term in analyze(text) if is_code(term)}
+    makes digits, other scripts' digits and fractions included), with or without stems."""
+    assert code_terms(text, stems) == {term for term in analyze(text, stems) if is_code(term)}
 
 
 @pytest.mark.parametrize(

@@ -11,8 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from metricsearch.core.bundle import FUSION_COMPONENTS
-from metricsearch.core.errors import StoreUnavailableError
+from metricsearch.core.bundle import CODE_STEMS, FUSION_COMPONENTS
+from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
 from metricsearch.core.fusion import DEFAULT_FUSION
 from metricsearch.core.records import Item
 from metricsearch.service.config import Settings
@@ -119,6 +119,30 @@ def test_only_model_numbers_count_as_codes(hybrid):
     hybrid.index([Item("coded", "red kettle 3 kx200", "")])
     by_id = {m.id: m.field_scores["lexical_codes"] for m in hybrid.similar_to_item("coded", 130)}
     assert by_id["twin"] == 0 and by_id["plain"] == 0
+
+
+@pytest.mark.parametrize(("analyzer", "stems"), [("words+joined-part-numbers/v1", False), (CODE_STEMS, True)])
+def test_the_bundles_analyzer_decides_whether_a_suffixed_model_number_matches(tiny_bundle, tmp_path, analyzer, stems):
+    """A v2 bundle stores each code's stems: "LW1002" matches "LW1002W" by its codes; a v1 bundle (exported before
+    v2) keeps analysing as v1, which its stores were built with, so they are not silently scored on other terms."""
+    lexical = {"analyzer": analyzer, "weighting": "sublinear-tf-l2/v1"}
+    runtime = served_catalog(tiny_bundle, tmp_path, lexical=lexical, fusion={"weights": DEFAULT_FUSION})
+    try:
+        runtime.catalog.index([Item("suffixed", "zq kettle LW1002W", ""), Item("bare", "lamp LW1002", "")])
+        [match] = [m for m in runtime.catalog.similar_to_item("bare", 130) if m.id == "suffixed"]
+        assert (match.field_scores["lexical_codes"] > 0) is stems
+    finally:
+        runtime.close()
+
+
+def test_a_store_built_with_analyzer_v1_refuses_a_bundle_reexported_with_v2(tiny_bundle, tmp_path):
+    """Its stored terms lack the stems v2 queries carry: re-index rather than rank on terms of another analyzer."""
+    v1 = {"analyzer": "words+joined-part-numbers/v1", "weighting": "sublinear-tf-l2/v1"}
+    served_catalog(tiny_bundle, tmp_path, lexical=v1, fusion={"weights": DEFAULT_FUSION}).close()
+    path = tmp_path / "bundle" / "bundle.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "lexical": {**v1, "analyzer": CODE_STEMS}}))
+    with pytest.raises(StoreMismatchError, match="re-index"):
+        build_runtime(Settings(bundle_dir=tmp_path / "bundle", data_dir=tmp_path / "data"))
 
 
 def test_ranking_does_not_depend_on_k_or_the_filter(normalised):
