@@ -29,8 +29,7 @@ from bench.report import machine, write_section
 from metricsearch.core import lexical
 from metricsearch.core.fusion import zscores
 from metricsearch.core.records import Item
-from metricsearch.evaluation import BundleScorer, EvalData, evaluate, read_task, weightings
-from metricsearch.evaluation.tuning import mrr, relevance_mask
+from metricsearch.evaluation import BundleScorer, EvalData, evaluate, mrr, read_task, relevance_mask, weightings
 
 SERVED = "v2: every leading run that makes a code (served)"
 _all_stems = lexical._stems

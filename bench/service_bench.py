@@ -32,6 +32,7 @@ from bench.data import DATA
 from bench.report import machine, write_section
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
+from metricsearch.core.errors import StoreMismatchError
 from metricsearch.core.lexical import WHOLE_TEXT, lexical_fields
 from metricsearch.encoder import Encoder
 from metricsearch.service import (
@@ -220,13 +221,18 @@ def reused_synthetic_store(
     loaded = load_bundle(bundle)
     lexical = lexical_fields(loaded.manifest)
     if store_dir.exists():
-        store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), vector_schema(loaded))
-        current = store.count() == n
+        try:
+            store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), vector_schema(loaded))
+        except StoreMismatchError:  # built by another bundle, or by this one before its analyzer changed
+            current, store = False, None
+        else:
+            current = store.count() == n
         if current and lexical:  # a store from before the benches wrote lexical vectors scores 0 on its own text
             whole = lexical.names[WHOLE_TEXT]
             query = {whole: lexical.documents(*synthetic_texts(0))[whole]}
             current = bool(store.lexical_scores(query, store.points(["s0"]))[whole][0] > 0)
-        store.close()
+        if store is not None:
+            store.close()
         if not current:
             shutil.rmtree(store_dir)
     if not store_dir.exists():

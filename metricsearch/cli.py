@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Annotated, get_args
 import typer
 from typer.core import TyperGroup
 
-from metricsearch.core.bundle import METRICS_OF_POOLING, EncoderSpec
+from metricsearch.core.bundle import METRICS_OF_POOLING, EncoderSpec, FusionSpec
 from metricsearch.core.bundle import Metric as ManifestMetric
 from metricsearch.core.errors import MetricSearchError, TrainerError
+from metricsearch.core.fusion import NAMED_FUSIONS
 
 if TYPE_CHECKING:  # importing it loads torch, which `serve` and `index` must not
     from metricsearch.trainer import TrainConfig
@@ -36,6 +37,7 @@ def _choice(name: str, values: Iterable[str]) -> type[StrEnum]:
 Pooling = _choice("Pooling", METRICS_OF_POOLING)
 Metric = _choice("Metric", get_args(ManifestMetric))
 Precision = _choice("Precision", get_args(EncoderSpec.model_fields["precision"].annotation))
+Fusion = _choice("Fusion", NAMED_FUSIONS)
 # Mirrors of choices defined where importing them costs torch (metricsearch.trainer.config) or scipy
 # (metricsearch.evaluation), which `serve` and `index` must not load: tests check each against its source.
 Objective = _choice("Objective", ("metricbert", "recobert", "sbert-siamese", "sbert-triplet"))
@@ -263,6 +265,14 @@ def export(
             "the bundle"
         ),
     ] = None,
+    fusion: Annotated[
+        Fusion | None,
+        typer.Option(
+            help="fusion weights to write: default (DEFAULT_FUSION: any text, sentence similarity kept at the "
+            "encoder's) or catalog (CATALOG_FUSION: item-to-item on a product catalog, more weight on lexical "
+            "evidence); unset: default for the packaged model, none for another until `metricsearch tune`"
+        ),
+    ] = None,
 ) -> None:
     """Turn a checkpoint into a model bundle (needs the `train` extra: torch)."""
     from metricsearch.core.bundle import check_bundle_target, load_bundle
@@ -283,6 +293,7 @@ def export(
         overwrite=overwrite,
         precision=precision,
         catalog=catalog,
+        fusion=None if fusion is None else _named_fusion(fusion),
     )
     agreement = load_bundle(path).manifest.encoder.agreement
     measured = (
@@ -407,13 +418,19 @@ def train(
             _bundle_from_training(settings, result.best_dir, bundle)
 
 
+def _named_fusion(name: str) -> FusionSpec:
+    weights, rule = NAMED_FUSIONS[name]
+    return FusionSpec(weights=weights, chosen_by=rule)
+
+
 def _bundle_from_training(settings: TrainConfig, best: Path, bundle: Path) -> None:
-    """`train --bundle`: the best checkpoint exported as `metricsearch export` would, then tuned on the catalog it
-    was trained on when its metric fuses with lexical scores."""
+    """`train --bundle`: the best checkpoint exported as `metricsearch export` would, then, when its metric fuses
+    with lexical scores, given CATALOG_FUSION and tuned on the catalog it was trained on."""
     from metricsearch.evaluation import tune as tune_weights
     from metricsearch.export import export_bundle
 
     recobert = settings.objective == "recobert"
+    tuned_here = settings.catalog is not None and not recobert
     export_bundle(
         best,
         bundle,
@@ -421,8 +438,9 @@ def _bundle_from_training(settings: TrainConfig, best: Path, bundle: Path) -> No
         pooling=settings.pooling,
         rank_k=settings.rank_k,
         objective=settings.objective,
+        fusion=_named_fusion("catalog") if tuned_here else None,
     )
-    if settings.catalog is None or recobert:
+    if not tuned_here:
         typer.echo(f"bundle written to {bundle} (default fusion weights: no catalog to tune on)")
         return
     tuned = tune_weights(settings.catalog, bundle)

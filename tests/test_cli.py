@@ -16,6 +16,7 @@ import httpx
 import typer.main
 
 from metricsearch import cli
+from metricsearch.core.fusion import CATALOG_FUSION, CATALOG_FUSION_RULE
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -102,6 +103,20 @@ def test_index_names_the_bad_line(tiny_bundle, tmp_path):
 def test_export_refuses_to_overwrite(tiny_bundle):
     result = run_cli("export", "--bundle", str(tiny_bundle))
     assert result.returncode == 1 and "choose another --bundle or pass --overwrite" in result.stderr
+
+
+def test_export_writes_the_named_fusion_weights(tiny_bundle, tmp_path):
+    """`--fusion catalog` gives any model the weights a catalog-trained bundle starts from; unset, a model other than
+    the packaged one gets none."""
+    model = tiny_bundle.parent / "model"
+    named = run_cli("export", "--model", str(model), "--bundle", str(tmp_path / "catalog"), "--fusion", "catalog")
+    assert named.returncode == 0, named.stderr
+    fusion = json.loads((tmp_path / "catalog" / "bundle.json").read_text())["fusion"]
+    assert fusion == {"weights": CATALOG_FUSION, "chosen_by": CATALOG_FUSION_RULE}
+    unset = run_cli("export", "--model", str(model), "--bundle", str(tmp_path / "unset"))
+    assert unset.returncode == 0 and json.loads((tmp_path / "unset" / "bundle.json").read_text())["fusion"] is None
+    wrong = run_cli("export", "--model", str(model), "--bundle", str(tmp_path / "x"), "--fusion", "lexical")
+    assert wrong.returncode == 2 and "'lexical' is not one of 'default', 'catalog'" in wrong.stderr
 
 
 def test_version_is_the_installed_distribution_s():

@@ -32,6 +32,24 @@ DEFAULT_FUSION_RULE = (
     "Spearman is no lower than the encoder's cosine; confirmed on Walmart-Amazon, which it never saw"
 )
 """The packaged model's fusion weights and the rule that chose them (EVALUATION.md, "Hybrid")."""
+CATALOG_FUSION = {
+    "title": 0.5,
+    "description": 0.0,
+    "lexical_title": 0.0,
+    "lexical_description": 0.0,
+    "lexical_text": 2.0,
+    "lexical_codes": 0.5,
+}
+CATALOG_FUSION_RULE = (
+    "metricsearch tune with Abt-Buy's labelled matches (--pairs) on the packaged model, with no STS-benchmark check: "
+    "a bundle trained on a catalog ranks that catalog's items; confirmed on Walmart-Amazon, which it never saw"
+)
+"""The fusion weights for item-to-item on a product catalog, and their rule (EVALUATION.md, "Hybrid: trained"): what a
+bundle trained on a catalog starts from (`metricsearch train --bundle`) before `tune` looks for better ones there, and
+what `metricsearch export --fusion catalog` writes. They weigh lexical evidence more than DEFAULT_FUSION, which keeps
+sentence similarity (STS-benchmark) at the encoder's figure for every use."""
+NAMED_FUSIONS = {"default": (DEFAULT_FUSION, DEFAULT_FUSION_RULE), "catalog": (CATALOG_FUSION, CATALOG_FUSION_RULE)}
+"""The weightings `metricsearch export --fusion` names, with their rules."""
 TITLE_OF = {"description": "title", "lexical_description": "lexical_title"}
 
 

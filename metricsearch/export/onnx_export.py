@@ -75,7 +75,7 @@ def export_bundle(
     precision: str = "fp32",
     catalog: Path | None = None,
     lexical: bool = True,
-    fusion: dict[str, float] | None = None,
+    fusion: FusionSpec | None = None,
 ) -> Path:
     """Export `model_dir` (default: the packaged all-MiniLM-L6-v2) as a bundle in `out_dir`; return `out_dir`.
 
@@ -89,8 +89,9 @@ def export_bundle(
     `metric` is the rerank the service runs: 'angular' (MetricBERT's per-field sum, weighted by the field weights)
     or 'recobert' (RecoBERT's four z-normalised scores, weighted by `recobert_lambdas`).
     `lexical` stores BM25 vectors per field beside the dense ones (candidates from both; `scores` shows them);
-    `fusion` (component weights) fuses them into the rerank's score: the packaged model gets DEFAULT_FUSION, a
-    trained model none until `metricsearch tune` chooses its weights on a catalog.
+    `fusion` (component weights and their rule) fuses them into the rerank's score: the packaged model gets
+    DEFAULT_FUSION, another model none unless given (`train --bundle` gives CATALOG_FUSION) until `metricsearch tune`
+    chooses its weights on a catalog.
     `precision` other than fp32 rewrites the graph (export/quantize.py: int8, bf16, fp16) and records its measured
     agreement with fp32 on `catalog`'s texts in the manifest.
     """
@@ -185,9 +186,9 @@ def export_bundle(
     return out_dir
 
 
-def _fusion(weights: dict[str, float] | None, packaged_default: bool) -> FusionSpec | None:
-    if weights is not None:
-        return FusionSpec(weights=weights, chosen_by="given to the export")
+def _fusion(given: FusionSpec | None, packaged_default: bool) -> FusionSpec | None:
+    if given is not None:
+        return given
     return FusionSpec(weights=dict(DEFAULT_FUSION), chosen_by=DEFAULT_FUSION_RULE) if packaged_default else None
 
 

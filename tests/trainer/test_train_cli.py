@@ -18,6 +18,7 @@ import pytest
 from metricsearch import cli as cli_module
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.errors import TrainerError
+from metricsearch.core.fusion import CATALOG_FUSION, CATALOG_FUSION_RULE
 from metricsearch.trainer.config import OBJECTIVES, TrainConfig, build_config
 from tests.tiny_model import CORPUS
 
@@ -164,4 +165,6 @@ def test_train_with_bundle_exports_and_tunes_on_the_catalog(tmp_path):
     assert manifest.provenance.objective == "metricbert" and manifest.lexical is not None
     chosen_by = manifest.fusion.chosen_by if manifest.fusion else ""
     assert chosen_by.startswith("metricsearch tune, ") and "pseudo-queries" in chosen_by
+    assert "kept" in chosen_by and CATALOG_FUSION_RULE in chosen_by  # the start a catalog-trained bundle gets
+    assert manifest.fusion.weights == {name: w for name, w in CATALOG_FUSION.items() if w}
     assert "tuned on catalog.jsonl" in result.stdout.strip().splitlines()[-1]
