@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from metricsearch.core.lexical import (
     CACHED_TERM_CHARS,
     CODES,
+    STEM_MAX_CHARS,
     WHOLE_TEXT,
     LexicalFields,
     SparseVector,
@@ -53,6 +54,14 @@ def test_words_without_digits_are_not_joined_and_unicode_is_folded():
     assert analyze("Black-and-white Café") == ["black", "and", "white", "café"]
     assert analyze("ＴＶ") == ["tv"]  # NFKC: full-width letters
     assert analyze("  ...  ") == []
+
+
+def test_only_codes_of_a_model_numbers_length_get_stems():
+    """A longer run of letters and digits is no model number, and would give stems quadratic in its length."""
+    assert analyze("a1" * (STEM_MAX_CHARS // 2 + 1)) == ["a1" * (STEM_MAX_CHARS // 2 + 1)]
+    assert len(analyze("a1" * (STEM_MAX_CHARS // 2))) == STEM_MAX_CHARS - 1  # the code and every stem but "a"
+    hostile = " ".join(f"q{i}x{i}y{i}z{i}" for i in range(1200))  # a description at the service's limit
+    assert len(hostile) > 20_000 and len(analyze(hostile)) < len(hostile) / 2
 
 
 def test_term_ids_are_stable_32_bit():
