@@ -6,7 +6,7 @@ Prints the tables and rewrites EVALUATION.md's "Hybrid: code stems" section.
     .venv/bin/python -m bench.code_stems [--bundle DIR]
 
 The analyzer is chosen on Abt-Buy alone (its MRR under the rule run on its own labels) and reported on
-Walmart-Amazon. The rules other than v1 and v2 exist only here, as filters of v2's stems. About 15 minutes on 2
+Walmart-Amazon. The rules other than v1 and v2 exist only here, as filters of v2's stems. About 4 minutes on 2
 shared cores.
 """
 
