@@ -21,10 +21,9 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
-from scipy.stats import spearmanr
 
 from bench.data import CATALOG_PAIRS, ROOT, write_catalog_match
-from bench.hybrid import RULE_PAIR, given_or_default, sts_data, weights_text
+from bench.hybrid import RULE_PAIR, given_or_default, sts_data, weighting_spearman, weights_text
 from bench.report import machine, write_section
 from metricsearch.core import lexical
 from metricsearch.core.fusion import zscores
@@ -65,14 +64,6 @@ def terms_an_item(items: list[Item]) -> float:
     return float(np.mean([len(lexical.analyze(f"{item.title}\n{item.description}")) for item in items]))
 
 
-def spearman_of(z: dict[str, np.ndarray], gold: np.ndarray) -> Callable[[dict[str, float]], float]:
-    """Spearman of any weighting on STS pairs whose components are `z` (as bench.hybrid.sts_spearman)."""
-    diagonal = {name: np.diag(values) for name, values in z.items()}
-    return lambda weights: float(
-        spearmanr(sum(w * diagonal[n] for n, w in weights.items() if w > 0 and n in diagonal), gold).correlation
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bundle", type=Path, help="the bundle ranked (default: the packaged model, exported)")
@@ -98,7 +89,7 @@ def main() -> None:
         results: dict[str, dict] = {}
         for variant, stems in VARIANTS.items():
             with mock.patch.object(lexical, "_stems", stems):
-                spearman = spearman_of(sts.zscores(), np.asarray(sts.data.gold, dtype=float))
+                spearman = weighting_spearman(sts.zscores(), sts.data.gold)
                 admissible = [w for w in grid if spearman(w) >= floor]
                 row: dict = {"admissible": len(admissible)}
                 for pair, task in tasks.items():

@@ -123,11 +123,16 @@ def sts_spearman(bundle: Path, data: EvalData) -> Callable[[dict[str, float]], f
     scorer = BundleScorer(bundle)
     queries, candidates, lexical = scorer.prepare(data)
     z = zscores(scorer.components(queries, candidates, lexical), scorer.stats(data.candidates, candidates))
+    return weighting_spearman(z, data.gold)
+
+
+def weighting_spearman(z: dict[str, np.ndarray], gold) -> Callable[[dict[str, float]], float]:
+    """Spearman with `gold` of any weighting of the STS pairs' component z-scores `z` (each pair on the diagonal)."""
     diagonal = {name: np.diag(values) for name, values in z.items()}
 
     def spearman(weights: dict[str, float]) -> float:
         fused = sum(w * diagonal[name] for name, w in weights.items() if w > 0 and name in diagonal)
-        return float(spearmanr(fused, data.gold).correlation)
+        return float(spearmanr(fused, gold).correlation)
 
     return spearman
 

@@ -224,9 +224,8 @@ def reused_synthetic_store(
         try:
             store = open_store(Settings(data_dir=store_dir, optimize_after_writes=0), vector_schema(loaded))
         except StoreMismatchError:  # built by another bundle, or by this one before its analyzer changed
-            current, store = False, None
-        else:
-            current = store.count() == n
+            store = None
+        current = store is not None and store.count() == n
         if current and lexical:  # a store from before the benches wrote lexical vectors scores 0 on its own text
             whole = lexical.names[WHOLE_TEXT]
             query = {whole: lexical.documents(*synthetic_texts(0))[whole]}
