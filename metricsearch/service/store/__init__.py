@@ -1,22 +1,46 @@
-"""The only package that talks to Qdrant: `store_type` picks the embedded shard or a Qdrant server from settings,
-and every class-level operation (open, snapshot create and restore) goes through the class it picks."""
+"""The only package that talks to Qdrant, and the one place that tells the engines apart (`qdrant_url` set or not):
+`store_type` picks the embedded shard or a Qdrant server, and every class-level operation (open, snapshot create and
+restore) goes through the class it picks; `generations` gives what a model rollout asks of that engine."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from metricsearch.service.config import Settings
-from metricsearch.service.store.base import Store, VectorSchema
+from metricsearch.service.store.base import Generations, Store, StoreTraits, VectorSchema
 from metricsearch.service.store.edge import EdgeStore
-from metricsearch.service.store.remote import RemoteStore
+from metricsearch.service.store.edge.generations import Folders
+from metricsearch.service.store.remote import RemoteStore, server_traits
+from metricsearch.service.store.remote.generations import Collections
 
-__all__ = ["EdgeStore", "RemoteStore", "Store", "open_store", "store_type"]
+__all__ = [
+    "EdgeStore",
+    "Generations",
+    "RemoteStore",
+    "Store",
+    "StoreTraits",
+    "generations",
+    "open_store",
+    "store_traits",
+    "store_type",
+]
 
 
 def store_type(settings: Settings) -> type[Store]:
-    """The embedded store under `data_dir/collection` when no `qdrant_url` is set, else the server's collection:
-    the one place that tells them apart."""
+    """The embedded store under `data_dir/collection` when no `qdrant_url` is set, else the server's collection."""
     return EdgeStore if settings.qdrant_url is None else RemoteStore
+
+
+def store_traits(settings: Settings) -> StoreTraits:
+    """The traits of the store the settings name (Store.traits), known without opening it."""
+    if settings.qdrant_url is None:
+        return EdgeStore.traits
+    return server_traits(f"Qdrant at {settings.qdrant_url}", settings.qdrant_max_in_flight)
+
+
+def generations(settings: Settings) -> Generations:
+    """The stores of the collection the settings name, as model rollouts add and retire them."""
+    return Folders(settings) if settings.qdrant_url is None else Collections(settings)
 
 
 def open_store(

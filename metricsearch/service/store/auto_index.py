@@ -1,8 +1,8 @@
 """Payload indexes learned from filters (MS_AUTO_INDEX), for both stores: the first filter on a metadata key without
 an index schedules one background build, typed from the stored values, so later filters on it go to the engine's
 index instead of checking every point (a Qdrant server) or an exact search over every item they keep (the embedded
-store's census: census.py; docs/operations.md, "Indexed filters"). The filtered search itself never waits: it runs
-without the index as before.
+store's metadata index: edge/metadata_index.py; docs/operations.md, "Indexed filters"). The filtered search itself
+never waits: it runs without the index meanwhile.
 
 Filters are user input, so what a client can make the store do is bounded. The stores report only filters that
 matched an item, so every key looked at is held: a look at a key no item holds reads every point to find none

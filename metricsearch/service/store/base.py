@@ -1,8 +1,9 @@
-"""The store interface: the service's only view of Qdrant, implemented by the embedded shard (edge.py) and by
-a Qdrant server or cluster (remote.py). Congruence tests run the same operations on both."""
+"""The store interface: the service's only view of Qdrant, implemented by the embedded shard (edge/) and by a Qdrant
+server or cluster (remote/). Congruence tests run the same operations on both."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from metricsearch.core.records import MetadataValue
 
 if TYPE_CHECKING:
     from metricsearch.service.config import Settings
+
+logger = logging.getLogger(__name__)
 
 
 DELETE_PAGE = 1000
@@ -40,7 +43,7 @@ def lexical_limit(limit: int) -> int:
 @dataclass(frozen=True)
 class VectorSchema:
     """Named dense vectors of every point (cosine distance), which one the ANN search uses, and the named sparse
-    vectors (BM25 per field, scored with the engine's idf modifier).
+    vectors (TF-IDF per field, scored with the engine's idf modifier).
 
     `identity` names the bundle that built the store; a store opened with another schema is refused
     with a message naming both."""
@@ -62,7 +65,7 @@ class StoredItem:
     """1-D float32 arrays by vector name; empty when read without vectors. Cosine stores return them unit-norm."""
     sparse: dict[str, SparseVector] = field(default_factory=dict)
     """Sparse vectors by name, written with the item (an empty or absent one is not stored). Read back with the dense
-    vectors only by the embedded store, whose term mirror holds them; elsewhere empty when read: they derive from the
+    vectors only by the embedded store, whose term rows hold them; elsewhere empty when read: they derive from the
     texts."""
 
 
@@ -106,13 +109,33 @@ class SnapshotReport:
     bytes: int
 
 
+@dataclass(frozen=True)
+class StoreTraits:
+    """What the service must know of a store to call it well, asked of the store rather than of the settings."""
+
+    cache_answers: bool
+    """Whether an answer may be cached until this process writes: false where other processes write the store too."""
+    call_threads: int | None
+    """How many calls may wait on the store at once, each in a worker thread, where its calls wait on the network;
+    None where they run inline on the event loop (the embedded engine holds the GIL for the whole call, so a thread
+    would add a hop and no parallelism)."""
+    where: str
+    """The store as error messages name it."""
+    one_process: bool = False
+    """Whether one process owns the store (a second open is refused), so the service runs one worker process."""
+
+
 class Store(Protocol):
     """An open store. Opening and snapshots are class-level, as in qdrant-client where snapshots are client calls
     that name a collection: a restore must work where no store opens (none yet, a damaged one, another bundle's)
     and must not create one, and the embedded store must not be held by the process restoring it."""
 
+    traits: StoreTraits
+    location: str
+    """Where the store lives: its folder (embedded) or the collection it resolved on the server; what
+    `Generations.drop` removes once the store is closed."""
     lexical_in_process: bool
-    """Whether `lexical_scores` is computed in this process (the embedded store's term mirror), where two calls cost
+    """Whether `lexical_scores` is computed in this process (the embedded store's term rows), where two calls cost
     about what one does, so a search scores every candidate on the components its ranking reads and only the rows
     it shows on the others; a server store's calls are round trips, so it scores everything in one."""
 
@@ -213,3 +236,40 @@ class Store(Protocol):
         embedded one, after a bulk load); the server store indexes by itself."""
 
     def close(self) -> None: ...
+
+
+class Generations(Protocol):
+    """The stores one collection has over model rollouts, and which one is served: what a rollout asks of the
+    engine (where a new store lives, what a swap commits, what is removed after)."""
+
+    def serving(self) -> Settings:
+        """The settings as the last swapped rollout left them: its bundle and store (unchanged when none was)."""
+        ...
+
+    def remove_leftovers(self, served: Settings) -> None:
+        """Remove the collection's stores that `served` does not use: a new store a crash or a stop interrupted, the
+        store a swap retired. Called once the served store is open."""
+        ...
+
+    def next_name(self) -> str:
+        """The collection name of the next rollout's new store."""
+        ...
+
+    def commit(self, new: Settings) -> None:
+        """Serve the store `new` names from now on, also after a restart: the swap's commit point."""
+        ...
+
+    def drop(self, store: Store) -> None:
+        """Remove a closed store (one a swap retired, or an aborted rollout's)."""
+        ...
+
+
+def warn_if_other_bundle(bundle_dir: Path, settings: Settings, where: str) -> None:
+    """Say so when a rollout's record (`where`) makes the service serve another bundle than MS_BUNDLE_DIR."""
+    if bundle_dir != settings.bundle_dir.resolve():
+        logger.warning(
+            "serving %s, which a model rollout swapped in (%s), not MS_BUNDLE_DIR %s",
+            bundle_dir,
+            where,
+            settings.bundle_dir,
+        )

@@ -7,7 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 import orjson
@@ -20,9 +20,6 @@ logger = logging.getLogger(__name__)
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _METADATA = "metadata."
-_LEAF = 4
-C = TypeVar("C")
-"""Numbers of an `in` filter checked one by one (one_of_numbers)."""
 
 
 class Hit(Protocol):
@@ -62,7 +59,7 @@ def from_payload(
 ) -> StoredItem:
     """The item of a point; `vectors` as the engine returned them, of which the dense ones named in `sizes` are kept
     (the engine's sparse vectors are never read back); `sparse`: the point's sparse vectors where a store holds them
-    in process (the embedded store's term mirror)."""
+    in process (the embedded store's term rows)."""
     dense = {name: v for name, v in (vectors or {}).items() if sizes is None or name in sizes}
     return StoredItem(
         id=payload["id"],
@@ -179,34 +176,6 @@ def stored_kinds(key: str, read_page: Callable[[Any], tuple[Sequence[Mapping | N
             kinds |= value_kinds((payload or {}).get("metadata", {}).get(key))
         if len(kinds) >= 2 or offset is None:
             return kinds
-
-
-def any_of_parts(values: Sequence[str | int]) -> tuple[list[str], list[int]]:
-    """An `in` filter's strings, for one MatchAny, and its numbers, for `one_of_numbers`."""
-    return [v for v in values if isinstance(v, str)], [v for v in values if not isinstance(v, str)]
-
-
-def one_of_numbers(
-    numbers: Sequence[int],
-    between: Callable[[float, float], C],
-    either: Callable[[list[C]], C],
-    both: Callable[[C, C], C],
-) -> C:
-    """A condition matching a stored number equal to one of `numbers` by value, 3.0 included, which the engines'
-    integer match misses (a range compares by value and never matches a bool). The ranges [v, v] form a tree whose
-    nodes first check the span of their values, so an unindexed point costs about 2 log2(n) checks, not n (a flat
-    list of 1,000 ranges took 1.9 s over 5,000 points). `between(lo, hi)` is the engine's range condition, `either`
-    its should, `both` its must."""
-    values = sorted(set(numbers))
-
-    def node(lo: int, hi: int) -> C:
-        if hi - lo <= _LEAF:
-            leaves = [between(v, v) for v in values[lo:hi]]
-            return leaves[0] if len(leaves) == 1 else either(leaves)
-        mid = (lo + hi) // 2
-        return both(between(values[lo], values[hi - 1]), either([node(lo, mid), node(mid, hi)]))
-
-    return node(0, len(values))
 
 
 def is_number(value: object) -> bool:

@@ -15,7 +15,7 @@ from metricsearch.core.errors import InvalidInputError, StoreMismatchError, Stor
 from metricsearch.service.config import Settings
 from metricsearch.service.store import EdgeStore, RemoteStore, open_store
 from metricsearch.service.store.base import AnyOf, Equals, Range, SearchResult
-from metricsearch.service.store.edge import DROPPED_MAX
+from metricsearch.service.store.edge.planner import DROPPED_MAX
 from tests.service.store.conftest import SCHEMA, Reference, unit
 
 N_ITEMS = 60
@@ -46,7 +46,7 @@ SEARCHES = {
     "range-lte": ((Range("year", lte=2002),), ()),
     "range-both": ((Range("price", gte=2.0, lte=6.5),), ()),
     "missing-key": ((Equals("absent", "x"),), ()),
-    # a kind of value the key never holds: the embedded store answers these without the engine (store/census.py)
+    # a kind of value the key never holds: the embedded store answers these without the engine (metadata_index.py)
     "equals-number-of-strings": ((Equals("color", 3),), ()),
     "equals-string-of-numbers": ((Equals("year", "2003"),), ()),
     "equals-number-of-bools": ((Equals("new", 1),), ()),

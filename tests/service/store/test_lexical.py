@@ -8,8 +8,9 @@ import pytest
 from qdrant_client import QdrantClient
 
 from metricsearch.core.lexical import code_vector, document_frequencies, lexical_scores, term_vector
-from metricsearch.service.store import EdgeStore, RemoteStore, terms
+from metricsearch.service.store import EdgeStore, RemoteStore
 from metricsearch.service.store.base import Equals, StoredItem, VectorSchema, lexical_limit
+from metricsearch.service.store.edge import term_rows
 
 SCHEMA = VectorSchema(sizes={"ann": 8}, ann="ann", identity="lexical-test@1", sparse=("lex_title",))
 TITLES = [
@@ -209,7 +210,7 @@ def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search
     sharing a term), both among the points the filter and the exclusions leave (queries of at most PREFETCH_TERMS
     terms, none left out for its frequency: uncut). The embedded store drops a few excluded ids from a search for as
     many more hits: its union may then hold up to one more point per excluded id and prefetch, never an excluded one."""
-    monkeypatch.setattr(terms, "PREFETCH_MAX_SHARE", 1.0)
+    monkeypatch.setattr(term_rows, "PREFETCH_MAX_SHARE", 1.0)
     rng = np.random.default_rng(4)
     texts = [" ".join(rng.choice(WORDS, size=rng.integers(1, 9))) for _ in range(80)]
     catalog = [
