@@ -1,12 +1,14 @@
 """Who may import whom (ARCHITECTURE.md): the core stands on nothing else of metricsearch; the encoder on the core;
 service, trainer, export and evaluation on those two, and on one another only through a package's public face (the
 names in its `__init__`'s `__all__`); the offline parts never import the service, nor the service torch or the
-offline parts; the Python client stands on the core alone and loads nothing of the service's runtime. Read from the
-source with `ast`, so a lazy import inside a function counts too."""
+offline parts; the Python client stands on the core alone and loads nothing of the service's runtime; and no module
+of metricsearch imports itself back through others (an import circle). Read from the source with `ast`, so a lazy
+import inside a function, or one for type checking only, counts too. No module is over MAX_LINES lines."""
 
 from __future__ import annotations
 
 import ast
+import graphlib
 import subprocess
 import sys
 from pathlib import Path
@@ -99,6 +101,61 @@ def check(source: str, part: str, name: str) -> list[str]:
     return problems
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(modules: dict[str, str]) -> dict[str, set[str]]:
+    """Module -> the metricsearch modules it imports, from their sources by module name (`from package import name`
+    counts as importing the submodule `name` where there is one, else the package)."""
+    graph: dict[str, set[str]] = {}
+    for name, source in modules.items():
+        graph[name] = set()
+        for _, module, names in imports(source):
+            targets = [f"{module}.{n}" if f"{module}.{n}" in modules else module for n in names] or [module]
+            graph[name] |= {target for target in targets if target in modules and target != name}
+    return graph
+
+
+def circle(modules: dict[str, str]) -> list[str]:
+    """An import circle among `modules` (name -> source) as the modules along it, the first one again at its end;
+    empty where there is none."""
+    try:
+        graphlib.TopologicalSorter(import_graph(modules)).prepare()
+    except graphlib.CycleError as found:
+        return found.args[1]
+    return []
+
+
+def test_no_module_imports_itself_back():
+    modules = {module_name(p): p.read_text() for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts}
+    assert circle(modules) == []
+
+
+def test_the_circle_check_finds_a_circle_through_a_type_checking_import():
+    modules = {
+        "metricsearch.service.rollout": "from metricsearch.service.runtime import Runtime\n",
+        "metricsearch.service.runtime": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from metricsearch.service import rollout\n"
+        ),
+        "metricsearch.service": "",
+    }
+    found = circle(modules)
+    assert sorted(set(found)) == ["metricsearch.service.rollout", "metricsearch.service.runtime"]
+
+
+MAX_LINES = 500
+"""A module longer than this holds more than one job: split it along its seams."""
+
+
+def test_no_module_is_longer_than_max_lines():
+    long = {
+        str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
 def test_every_part_imports_only_what_the_architecture_allows():
     problems = [problem for path in sources() for problem in violations(path)]
     assert problems == []
@@ -118,14 +175,14 @@ def test_public_faces_name_what_they_export():
 @pytest.mark.parametrize(
     ("source", "part", "expected"),
     [
-        ("from metricsearch.service.catalog import Catalog\n", "bench", "use metricsearch.service's public names"),
-        ("from metricsearch.service import Catalog, _private\n", "bench", "use metricsearch.service's public names"),
-        ("from metricsearch.service import Catalog\n", "evaluation", "evaluation may not import service"),
+        ("from metricsearch.service.engine import Engine\n", "bench", "use metricsearch.service's public names"),
+        ("from metricsearch.service import Engine, _private\n", "bench", "use metricsearch.service's public names"),
+        ("from metricsearch.service import Engine\n", "evaluation", "evaluation may not import service"),
         ("from metricsearch.trainer import train\n", "core", "core may not import trainer"),
         ("import service.bundle\n", "bench", "everything imports as metricsearch"),
         ("import torch\n", "service", "only the offline side installs"),
         ("from qdrant_client import QdrantClient\n", "client", "only the service installs"),
-        ("from metricsearch.service import Catalog\n", "client", "client may not import service"),
+        ("from metricsearch.service import Engine\n", "client", "client may not import service"),
     ],
 )
 def test_the_check_catches_what_it_forbids(source, part, expected):
@@ -136,7 +193,7 @@ def test_the_check_catches_what_it_forbids(source, part, expected):
 
 def test_the_check_lets_through_what_it_allows():
     assert (
-        check("from metricsearch.service import Catalog\nfrom metricsearch.core.scoring import pack\n", "bench", "x")
+        check("from metricsearch.service import Engine\nfrom metricsearch.core.scoring import pack\n", "bench", "x")
         == []
     )
 

@@ -51,6 +51,10 @@ class StoreUnavailableError(MetricSearchError):
         self.retry_after_s = retry_after_s
 
 
+class StorageFullError(MetricSearchError):
+    """Too little free space where the embedded store writes for a write to be safe (507); reads still answer."""
+
+
 class NotReadyError(StoreUnavailableError):
     """The readiness probe's answer while the store does not answer (503 with Retry-After)."""
 

@@ -3,37 +3,36 @@
 
 from metricsearch.service.api.app import create_app
 from metricsearch.service.cache import ENTRY_OVERHEAD, answer_bytes
-from metricsearch.service.catalog import ANN_VECTOR, FACTORS_VECTOR, Catalog, content_hash, vector_schema
 from metricsearch.service.config import Settings
+from metricsearch.service.engine import ANN_VECTOR, FACTORS_VECTOR, Engine, content_hash, vector_schema
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.logs import configure_logging
 from metricsearch.service.process import ServiceProcess, free_port
-from metricsearch.service.runtime import Runtime, build_runtime
+from metricsearch.service.runtime import Runtime
 from metricsearch.service.server import uvicorn_options
 from metricsearch.service.snapshot import create as create_snapshot
 from metricsearch.service.snapshot import restore as restore_snapshot
-from metricsearch.service.store import EdgeStore, RemoteStore, Store, open_store
+from metricsearch.service.store import EdgeStore, RemoteStore, Store, open_store, store_traits
 from metricsearch.service.store.base import AnyOf, Equals, Range, StoredItem, VectorSchema
-from metricsearch.service.store.mirror import VectorMirror
 
 __all__ = [
     "ANN_VECTOR",
     "ENTRY_OVERHEAD",
     "FACTORS_VECTOR",
     "AnyOf",
-    "Catalog",
     "EdgeStore",
+    "Engine",
     "Equals",
     "Range",
     "RemoteStore",
     "Runtime",
+    "Service",
     "ServiceProcess",
     "Settings",
     "Store",
     "StoredItem",
-    "VectorMirror",
     "VectorSchema",
     "answer_bytes",
-    "build_runtime",
     "configure_logging",
     "content_hash",
     "create_app",
@@ -41,6 +40,7 @@ __all__ = [
     "free_port",
     "open_store",
     "restore_snapshot",
+    "store_traits",
     "uvicorn_options",
     "vector_schema",
 ]

@@ -236,6 +236,11 @@ class Settings(BaseSettings):
         "auto",
         description="runtime of the encoder; auto = the bundle's (encoder.backend) when installed, else onnxruntime",
     )
+    encoder_precision: Literal["auto", "fp32", "int8"] = Field(
+        "auto",
+        description="encoder a bundle carrying fp32 and int8 runs; auto = int8 on a CPU with AVX-512 VNNI or AMX when "
+        "its recorded neighbour overlap is at least MS_MIN_NEIGHBOUR_OVERLAP, else fp32",
+    )
     min_neighbour_overlap: float = Field(
         0.95,
         ge=0,

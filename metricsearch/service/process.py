@@ -20,13 +20,10 @@ def free_port() -> int:
 
 
 class ServiceProcess:
-    """`code`: a checkout whose `metricsearch` serves instead of this one's (a peer of another commit, in a bench)."""
-
-    def __init__(self, bundle: Path, data_dir: Path, env: dict[str, str], code: Path | None = None) -> None:
+    def __init__(self, bundle: Path, data_dir: Path, env: dict[str, str]) -> None:
         self.bundle = bundle
         self.data_dir = data_dir
         self.env = env
-        self.code = code
         self.port = free_port()
         self.process: subprocess.Popen | None = None
         self.log_path = data_dir.parent / f"service-{self.port}.log"
@@ -47,7 +44,6 @@ class ServiceProcess:
             "MS_PORT": str(self.port),
             "MS_HOST": "127.0.0.1",
             "MS_INTRA_OP_THREADS": "1",
-            **({} if self.code is None else {"PYTHONPATH": str(self.code)}),
             **self.env,
         }
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,7 +53,6 @@ class ServiceProcess:
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
-            cwd=self.code,
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

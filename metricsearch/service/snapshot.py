@@ -8,10 +8,9 @@ from pathlib import Path
 
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.errors import InvalidInputError
-from metricsearch.service.catalog import vector_schema
 from metricsearch.service.config import Settings
-from metricsearch.service.rollout import serving_settings
-from metricsearch.service.store import store_type
+from metricsearch.service.engine import vector_schema
+from metricsearch.service.store import generations, store_type
 from metricsearch.service.store.base import SnapshotReport
 
 __all__ = ["SnapshotReport", "create", "restore"]
@@ -23,7 +22,7 @@ def create(settings: Settings, target: Path) -> SnapshotReport:
     if target.exists():
         raise InvalidInputError(f"{target} exists: choose a new path, snapshots are never overwritten")
     target.parent.mkdir(parents=True, exist_ok=True)
-    settings = serving_settings(settings)  # the store and bundle a model rollout swapped in, if any
+    settings = generations(settings).serving()  # the store and bundle a model rollout swapped in, if any
     return store_type(settings).create_snapshot(settings, vector_schema(load_bundle(settings.bundle_dir)), target)
 
 
@@ -32,6 +31,6 @@ def restore(settings: Settings, source: Path, *, overwrite: bool = False) -> Sna
     source = Path(source)
     if not source.is_file():
         raise InvalidInputError(f"no snapshot at {source}")
-    settings = serving_settings(settings)
+    settings = generations(settings).serving()
     schema = vector_schema(load_bundle(settings.bundle_dir))
     return store_type(settings).restore_snapshot(settings, schema, source, overwrite=overwrite)

@@ -1,9 +1,12 @@
-"""Service fixtures: a second tiny bundle, the one a model rollout moves to (test_rollout*.py)."""
+"""Service fixtures: a second tiny bundle, the one a model rollout moves to (test_rollout*.py), and engines over a
+small catalog whose rerank normalises its scores."""
 
 from __future__ import annotations
 
 import pytest
 
+from metricsearch.core.fusion import DEFAULT_FUSION
+from tests.service.catalogs import served_catalog
 from tests.tiny_model import build_tiny_model
 
 
@@ -14,3 +17,23 @@ def bundle_b(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("tiny-b")
     return export_bundle(build_tiny_model(root / "model", vocab_size=300), root / "bundle", name="tiny-bert-b")
+
+
+@pytest.fixture
+def hybrid(tiny_bundle, tmp_path):
+    runtime = served_catalog(tiny_bundle, tmp_path, fusion={"weights": DEFAULT_FUSION, "chosen_by": "test"})
+    yield runtime.engine
+    runtime.close()
+
+
+@pytest.fixture(params=["fused", "recobert"])
+def normalised(request, tiny_bundle, tmp_path):
+    """A catalog whose rerank normalises scores: fused with lexical scores, or RecoBERT's four."""
+    changes = (
+        {"fusion": {"weights": DEFAULT_FUSION, "chosen_by": "test"}}
+        if request.param == "fused"
+        else {"metric": "recobert", "recobert_lambdas": [1.0, 1.0, 0.5, 0.5]}
+    )
+    runtime = served_catalog(tiny_bundle, tmp_path, **changes)
+    yield runtime.engine
+    runtime.close()

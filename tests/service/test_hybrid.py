@@ -5,84 +5,22 @@ with statistics of the whole catalog."""
 from __future__ import annotations
 
 import json
-import shutil
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
 from metricsearch.core.bundle import CODE_STEMS, FUSION_COMPONENTS
-from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
+from metricsearch.core.errors import StoreMismatchError
 from metricsearch.core.fusion import DEFAULT_FUSION
 from metricsearch.core.records import Item
 from metricsearch.service.config import Settings
-from metricsearch.service.runtime import build_runtime
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.store.base import Equals
-
-WORDS = [
-    "red",
-    "blue",
-    "green",
-    "cotton",
-    "linen",
-    "wool",
-    "shirt",
-    "hat",
-    "scarf",
-    "sock",
-    "boot",
-    "lamp",
-    "kettle",
-    "mug",
-    "chair",
-    "desk",
-]
-
-
-def catalog_items(n: int, seed: int = 0) -> list[Item]:
-    rng = np.random.default_rng(seed)
-    items = []
-    for i in range(n):
-        title = " ".join(rng.choice(WORDS, size=4)) + f" model{i % 7}"
-        description = " ".join(rng.choice(WORDS, size=10)) if i % 5 else ""
-        items.append(Item(f"i{i}", title, description, {"shop": "a" if i % 2 else "b"}))
-    return items
-
-
-def served_catalog(tiny_bundle, folder, **manifest_changes):
-    bundle = folder / "bundle"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    assert manifest["lexical"] is not None  # every export stores lexical vectors
-    manifest.update(manifest_changes)
-    (bundle / "bundle.json").write_text(json.dumps(manifest))
-    runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=10))
-    runtime.catalog.index(catalog_items(120))
-    return runtime
-
-
-@pytest.fixture
-def hybrid(tiny_bundle, tmp_path):
-    runtime = served_catalog(tiny_bundle, tmp_path, fusion={"weights": DEFAULT_FUSION, "chosen_by": "test"})
-    yield runtime.catalog
-    runtime.close()
-
-
-@pytest.fixture(params=["fused", "recobert"])
-def normalised(request, tiny_bundle, tmp_path):
-    """A catalog whose rerank normalises scores: fused with lexical scores, or RecoBERT's four."""
-    changes = (
-        {"fusion": {"weights": DEFAULT_FUSION, "chosen_by": "test"}}
-        if request.param == "fused"
-        else {"metric": "recobert", "recobert_lambdas": [1.0, 1.0, 0.5, 0.5]}
-    )
-    runtime = served_catalog(tiny_bundle, tmp_path, **changes)
-    yield runtime.catalog
-    runtime.close()
+from tests.service.catalogs import catalog_items, served_catalog  # noqa: F401 (tests/evaluation import catalog_items)
 
 
 def test_a_match_that_only_shares_a_part_number_is_found(hybrid):
-    hybrid.index([Item("target", "zq kettle PS-LX350H", ""), Item("query", "vintage PSLX350H", "")])
+    hybrid.indexer.index([Item("target", "zq kettle PS-LX350H", ""), Item("query", "vintage PSLX350H", "")])
     results = hybrid.similar_to_item("query", 5)
     assert results[0].id == "target"
     assert results[0].field_scores["lexical_title"] > 0 and results[0].field_scores["lexical_text"] > 0
@@ -94,13 +32,13 @@ def test_a_match_that_only_shares_a_part_number_is_found(hybrid):
 def test_a_write_after_the_search_does_not_change_what_ranked_the_items_it_read(hybrid, monkeypatch):
     """The lexical scores a ranking reads come with the search's read of each hit (its listing and vectors): a write
     landing between the search and the rerank does not score the shown title on the text that replaced it."""
-    hybrid.index([Item("target", "zq kettle PS-LX350H", ""), Item("query", "vintage PSLX350H", "")])
+    hybrid.indexer.index([Item("target", "zq kettle PS-LX350H", ""), Item("query", "vintage PSLX350H", "")])
     search = hybrid.store.search
 
     def search_then_write(*args, **kwargs):
         found = search(*args, **kwargs)
         monkeypatch.setattr(hybrid.store, "search", search)
-        hybrid.index([Item("target", "zq kettle", "")])  # its part number gone, after the read
+        hybrid.indexer.index([Item("target", "zq kettle", "")])  # its part number gone, after the read
         return found
 
     monkeypatch.setattr(hybrid.store, "search", search_then_write)
@@ -114,9 +52,9 @@ def test_a_write_after_the_search_does_not_change_what_ranked_the_items_it_read(
 def test_only_model_numbers_count_as_codes(hybrid):
     """A short number or a plain word shared with the query is no code: the component is unknown (null) for a query
     without codes, whatever it shares; with a code, items without it score 0."""
-    hybrid.index([Item("twin", "red kettle 3 pack", ""), Item("plain", "red kettle 3", "")])
+    hybrid.indexer.index([Item("twin", "red kettle 3 pack", ""), Item("plain", "red kettle 3", "")])
     assert all(m.field_scores["lexical_codes"] is None for m in hybrid.similar_to_item("plain", 5))
-    hybrid.index([Item("coded", "red kettle 3 kx200", "")])
+    hybrid.indexer.index([Item("coded", "red kettle 3 kx200", "")])
     by_id = {m.id: m.field_scores["lexical_codes"] for m in hybrid.similar_to_item("coded", 130)}
     assert by_id["twin"] == 0 and by_id["plain"] == 0
 
@@ -128,8 +66,8 @@ def test_the_bundles_analyzer_decides_whether_a_suffixed_model_number_matches(ti
     lexical = {"analyzer": analyzer, "weighting": "sublinear-tf-l2/v1"}
     runtime = served_catalog(tiny_bundle, tmp_path, lexical=lexical, fusion={"weights": DEFAULT_FUSION})
     try:
-        runtime.catalog.index([Item("suffixed", "zq kettle LW1002W", ""), Item("bare", "lamp LW1002", "")])
-        [match] = [m for m in runtime.catalog.similar_to_item("bare", 130) if m.id == "suffixed"]
+        runtime.engine.indexer.index([Item("suffixed", "zq kettle LW1002W", ""), Item("bare", "lamp LW1002", "")])
+        [match] = [m for m in runtime.engine.similar_to_item("bare", 130) if m.id == "suffixed"]
         assert (match.field_scores["lexical_codes"] > 0) is stems
     finally:
         runtime.close()
@@ -142,7 +80,7 @@ def test_a_store_built_with_analyzer_v1_refuses_a_bundle_reexported_with_v2(tiny
     path = tmp_path / "bundle" / "bundle.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), "lexical": {**v1, "analyzer": CODE_STEMS}}))
     with pytest.raises(StoreMismatchError, match="re-index"):
-        build_runtime(Settings(bundle_dir=tmp_path / "bundle", data_dir=tmp_path / "data"))
+        Service(Settings(bundle_dir=tmp_path / "bundle", data_dir=tmp_path / "data"))
 
 
 def test_ranking_does_not_depend_on_k_or_the_filter(normalised):
@@ -160,76 +98,10 @@ def test_ranking_does_not_depend_on_k_or_the_filter(normalised):
         assert [i for i in filtered if i in shop_a] == [i for i in shop_a if i in filtered]
 
 
-def test_statistics_are_estimated_anew_in_the_background_after_the_catalog_grows(hybrid):
-    first = hybrid.stats()
-    assert hybrid.stats() is first and hybrid._stats_refresh is None
-    retired = []
-    hybrid._on_write = lambda: retired.append("answers")  # what the runtime's answer cache is told
-    hybrid.index(catalog_items(200, seed=1)[120:])
-    retired.clear()
-    assert hybrid.stats() is first  # the request that finds them stale does not wait for the estimate
-    hybrid.wait_for_stats()
-    renewed = hybrid.stats()
-    assert renewed is not first and renewed.pairs == 200 * 199 and set(renewed.mean) == set(FUSION_COMPONENTS)
-    assert retired == ["answers"]  # answers cached meanwhile were ranked with the previous statistics
-    assert hybrid.stats() is renewed
-
-
-def test_a_failed_refresh_keeps_the_previous_statistics_and_the_next_request_tries_again(hybrid, monkeypatch, caplog):
-    first = hybrid.stats()
-    hybrid.index(catalog_items(200, seed=1)[120:])
-    count = hybrid.store.count
-
-    def unreachable() -> int:
-        raise StoreUnavailableError("the store is out of reach")
-
-    monkeypatch.setattr(hybrid.store, "count", unreachable)
-    assert hybrid.stats() is first
-    hybrid.wait_for_stats()
-    assert hybrid._stats is first and "not estimated anew" in caplog.text
-    monkeypatch.setattr(hybrid.store, "count", count)
-    assert hybrid.stats() is first  # past the threshold still: this request starts another refresh
-    hybrid.wait_for_stats()
-    assert hybrid.stats() is not first
-
-
-def test_warming_estimates_stale_statistics_now(hybrid):
-    """Before a rollout's swap: the new catalog's statistics are made fresh, not left to a request."""
-    first = hybrid.stats()
-    hybrid.index(catalog_items(200, seed=1)[120:])
-    warmed = hybrid.warm_stats()
-    assert warmed is not first and warmed.pairs == 200 * 199 and hybrid.stats() is warmed
-    assert hybrid.warm_stats() is warmed
-
-
-def test_a_restarted_service_estimates_the_statistics_before_its_first_request(normalised, tmp_path):
-    normalised.store.close()
-    restarted = build_runtime(Settings(bundle_dir=tmp_path / "bundle", data_dir=tmp_path / "data", candidates_min=10))
-    try:
-        before_any_request = restarted.catalog._stats
-        assert before_any_request is not None and before_any_request.pairs == 120 * 119
-        restarted.catalog.similar_to_item("i3", 10)
-        assert restarted.catalog._stats is before_any_request
-    finally:
-        restarted.close()
-
-
-def test_requests_during_a_statistics_refresh_rank_with_the_previous_ones_and_start_no_other(hybrid):
-    first = hybrid.stats()
-    hybrid.index(catalog_items(200, seed=1)[120:])
-    with ThreadPoolExecutor(1) as pool:
-        with hybrid._stats_lock:  # a refresh is under way
-            during = [pool.submit(hybrid.stats).result(timeout=10) for _ in range(3)]
-            assert hybrid._stats_refresh is None
-        pool.submit(hybrid.stats).result(timeout=10)
-    hybrid.wait_for_stats()
-    assert during == [first] * 3 and hybrid.stats() is not first
-
-
 def test_components_shown_only_are_the_same_for_the_shown_rows_as_for_every_candidate(hybrid):
     """The embedded store scores the components no ranking reads (lexical_title, lexical_description) for the shown
     rows alone; a server store scores every candidate on everything in one call: the answers are the same."""
-    assert hybrid.store.lexical_in_process and hybrid._shown_only == {"lexical_title", "lexical_description"}
+    assert hybrid.store.lexical_in_process and hybrid.ranker._shown_only == {"lexical_title", "lexical_description"}
     split = [hybrid.similar_to_item(query, k) for query in ("i3", "i10", "i41") for k in (3, 40)]
     hybrid.store.lexical_in_process = False  # as a server store does
     whole = [hybrid.similar_to_item(query, k) for query in ("i3", "i10", "i41") for k in (3, 40)]

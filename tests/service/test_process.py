@@ -1,4 +1,5 @@
-"""ServiceProcess runs the service of the checkout it is given (a bench serves an earlier commit beside this one)."""
+"""ServiceProcess, the service as a subprocess for tests and benchmarks: a service that exits at start-up is an error
+carrying its log, so a failed start says why."""
 
 from __future__ import annotations
 
@@ -6,17 +7,10 @@ import pytest
 
 from metricsearch.service import ServiceProcess
 
-FAKE_CLI = "import os, pathlib; pathlib.Path(os.environ['MS_DATA_DIR'], 'served-by').write_text(__file__)\n"
 
-
-def test_a_service_process_runs_the_code_it_is_given(tmp_path):
-    code = tmp_path / "checkout"
-    (code / "metricsearch").mkdir(parents=True)
-    (code / "metricsearch/__init__.py").write_text("")
-    (code / "metricsearch/cli.py").write_text(FAKE_CLI)  # "serves" by saying which file it is, then exits
-    data_dir = tmp_path / "data"
-    data_dir.mkdir()
-    service = ServiceProcess(tmp_path / "bundle", data_dir, {}, code=code)
-    with pytest.raises(RuntimeError, match="exited with 0"):
-        service.start(timeout_s=30)
-    assert (data_dir / "served-by").read_text() == str(code / "metricsearch/cli.py")
+def test_a_service_that_exits_at_start_up_is_an_error_with_its_log(tmp_path):
+    service = ServiceProcess(tmp_path / "no-bundle", tmp_path / "data", {})
+    with pytest.raises(RuntimeError, match=r"service exited with [1-9](.|\n)*no-bundle"):
+        service.start(timeout_s=60)
+    assert service.process is not None and service.process.poll() is not None
+    service.stop()  # a process that exited already: nothing to stop

@@ -20,7 +20,7 @@ import pytest
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
-from metricsearch.service.catalog import ANN_VECTOR, vector_schema
+from metricsearch.service.engine import ANN_VECTOR, vector_schema
 from metricsearch.service.process import ServiceProcess
 from metricsearch.service.store import EdgeStore
 from metricsearch.service.store.base import StoredItem

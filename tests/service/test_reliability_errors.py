@@ -14,20 +14,20 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 from metricsearch.service import runtime as runtime_module
 from metricsearch.service.api.app import create_app
 from metricsearch.service.config import Settings
-from metricsearch.service.runtime import build_runtime
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.store import RemoteStore
 
 SECRET = "/srv/internal/secret_module.py line 42"
 
 
 def test_unexpected_error_is_a_generic_500_without_traceback(tiny_bundle, tmp_path, monkeypatch, caplog):
-    runtime = build_runtime(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path / "data"))
+    service = Service(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path / "data"))
 
     def broken(item_id: str):
         raise RuntimeError(f"bug reading {item_id} at {SECRET}")
 
-    monkeypatch.setattr(runtime.catalog, "get", broken)
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as client, caplog.at_level(logging.ERROR):
+    monkeypatch.setattr(service.live.engine, "get", broken)
+    with TestClient(create_app(service), raise_server_exceptions=False) as client, caplog.at_level(logging.ERROR):
         response = client.get("/items/sku-1")
     assert response.status_code == 500
     assert response.json() == {"detail": "internal error: the service log has the details", "code": "internal"}
@@ -54,7 +54,7 @@ def test_readyz_goes_from_503_to_200_when_qdrant_comes_back(tiny_bundle, tmp_pat
         ),
     )
     settings = Settings(bundle_dir=tiny_bundle, qdrant_url="http://qdrant.test:6333")
-    with TestClient(create_app(build_runtime(settings))) as service:
+    with TestClient(create_app(Service(settings))) as service:
         unready = service.get("/readyz")
         assert unready.status_code == 503 and unready.headers["retry-after"]
         assert "http://qdrant.test:6333 does not answer" in unready.json()["detail"]

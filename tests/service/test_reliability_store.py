@@ -24,15 +24,19 @@ class FlushRecordingStore(EdgeStore):
         self.returned_unsynced = 0
         self._mine = threading.local()
         super().__init__(*args, **kwargs)
+        live = self._live  # the shard's writes (store/edge/writes.py), numbered as applied
+        fsync_wal, apply = live._fsync_wal, live.apply
 
-    def _fsync_wal(self) -> None:
-        covered = self._applied
-        super()._fsync_wal()
-        self.flushed_through.append(covered)
+        def recorded_fsync() -> None:
+            covered = live._applied
+            fsync_wal()
+            self.flushed_through.append(covered)
 
-    def _apply(self, *args) -> int:
-        self._mine.written = super()._apply(*args)
-        return self._mine.written
+        def numbered_apply(*args) -> int:
+            self._mine.written = apply(*args)
+            return self._mine.written
+
+        live._fsync_wal, live.apply = recorded_fsync, numbered_apply
 
     def upsert(self, items) -> None:
         super().upsert(items)

@@ -1,7 +1,7 @@
 """Model rollout over real HTTP (subprocess services, two tiny bundles A and B): while the catalog is copied into B's
-shadow store, the service answers from A without a failed request and applies writes to both; after the swap /model
+new store, the service answers from A without a failed request and applies writes to both; after the swap /model
 and every answer are B's, equal to a service that indexed the same items with B from scratch, also after a restart;
-an abort drops the shadow and the service goes on as before."""
+an abort drops the new store and the service goes on as before."""
 
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def assert_same(got, expected) -> None:
             assert mine[item] == pytest.approx(theirs[item], abs=5e-4)
 
 
-def test_abort_drops_the_shadow_and_conflicting_calls_get_409(tiny_bundle, bundle_b, start_service, tmp_path):
+def test_abort_drops_the_new_store_and_conflicting_calls_get_409(tiny_bundle, bundle_b, start_service, tmp_path):
     service = start_service(tiny_bundle, tmp_path / "data", MS_API_KEY="admin")
     with Client(service.url, "admin") as client:
         load(client, list(catalog(300).values()))
@@ -271,7 +271,7 @@ def check_whole(
 
 def test_a_rollout_killed_at_any_point_restarts_on_a_complete_store(tiny_bundle, bundle_b, start_service, tmp_path):
     """kill -9 right after the start, during the copy, once it is ready: the restart serves A, whole, without the
-    shadow; kill -9 just after the swap (the old store not yet removed): the restart serves B, whole."""
+    new store; kill -9 just after the swap (the old store not yet removed): the restart serves B, whole."""
     items = catalog(3000)
     service = start_service(tiny_bundle, tmp_path / "data")
     with Client(service.url) as client:
@@ -305,13 +305,15 @@ def test_a_write_during_the_copy_wins_over_the_page_the_copy_read(tiny_bundle, b
     """In process, the copy held between reading its first page and writing it: an item changed, one deleted by id
     and one deleted by filter meanwhile are in the new store as the writes left them, not as the page read them."""
     from metricsearch.core.records import Item
-    from metricsearch.service import Catalog, Settings, build_runtime
+    from metricsearch.service import Service, Settings
+    from metricsearch.service.engine import Indexer
 
-    runtime = build_runtime(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path))
-    runtime.catalog.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in catalog(600).values()])
+    service = Service(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path))
+    writes = service.live.engine.indexer
+    writes.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in catalog(600).values()])
     read, resume = threading.Event(), threading.Event()
     first_page: list[Item] = []
-    encode_items = Catalog.encode_items
+    encode_items = Indexer.encode_items
 
     def held_after_reading(self, items, batch_size):
         if threading.current_thread().name == "rollout-copy" and not read.is_set():
@@ -320,26 +322,26 @@ def test_a_write_during_the_copy_wins_over_the_page_the_copy_read(tiny_bundle, b
             assert resume.wait(60)
         return encode_items(self, items, batch_size)
 
-    monkeypatch.setattr(Catalog, "encode_items", held_after_reading)
-    runtime.rollout.start(str(bundle_b))
+    monkeypatch.setattr(Indexer, "encode_items", held_after_reading)
+    service.rollout.start(str(bundle_b))
     assert read.wait(60)
     changed, deleted, filtered = first_page[0], first_page[1], first_page[2]
-    runtime.catalog.index([Item(changed.id, "Changed while the copy held its page", "", {})])
-    runtime.catalog.delete(deleted.id)
-    assert runtime.catalog.delete_where(runtime_conditions({"n": filtered.metadata["n"]})) == 1
+    writes.index([Item(changed.id, "Changed while the copy held its page", "", {})])
+    writes.delete(deleted.id)
+    assert writes.delete_where(runtime_conditions({"n": filtered.metadata["n"]})) == 1
     resume.set()
-    while runtime.rollout.status().state == "copying":
+    while service.rollout.status().state == "copying":
         time.sleep(0.05)
-    assert runtime.rollout.status().state == "ready"
+    assert service.rollout.status().state == "ready"
 
-    old = runtime
-    asyncio.run(old.rollout.swap())
-    new = old.rollout.live
+    old = service.live
+    asyncio.run(service.rollout.swap())
+    new = service.live
     try:
         assert new.bundle.manifest.name == "tiny-bert-b"
         assert new.store.count() == 598
         assert {i.id for i in scroll_all(new.store)} == {i.id for i in scroll_all(old.store)}
-        assert new.catalog.get(changed.id).title == "Changed while the copy held its page"
+        assert new.engine.get(changed.id).title == "Changed while the copy held its page"
         assert new.store.get([deleted.id, filtered.id]) == {}
     finally:
         old.close()
@@ -366,14 +368,14 @@ def test_a_pointer_to_a_missing_or_unreadable_store_is_refused_at_start(tiny_bun
     """serving.json names what a swap made live: if that store is gone the service must not create it empty, and a
     damaged serving.json is an error naming the file, not a silent fall back to the swapped-out store."""
     from metricsearch.core.errors import StoreMismatchError
-    from metricsearch.service import Settings, build_runtime
+    from metricsearch.service import Service, Settings
 
     settings = Settings(bundle_dir=tiny_bundle, data_dir=tmp_path)
     pointer = tmp_path / "items.serving.json"
     pointer.write_text(json.dumps({"collection": "items.r3", "bundle_dir": str(tiny_bundle)}))
     with pytest.raises(StoreMismatchError, match=r"items\.r3, which is gone"):
-        build_runtime(settings)
+        Service(settings)
     assert not (tmp_path / "items.r3").exists()
     pointer.write_text("{")
     with pytest.raises(StoreMismatchError, match=r"items\.serving\.json is damaged"):
-        build_runtime(settings)
+        Service(settings)

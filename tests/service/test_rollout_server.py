@@ -1,7 +1,7 @@
 """Model rollout with a Qdrant server (MS_QDRANT_URL: the fake REST server on 127.0.0.1, tests/service/qdrant_rest.py)
-and the service as a subprocess: the shadow is the collection `items.r<n>`, the swap one alias update, a restart at
+and the service as a subprocess: the new store is the collection `items.r<n>`, the swap one alias update, a restart at
 any point serves a whole collection and drops what the rollout left. The embedded store's tests (test_rollout.py)
-cover what both share: the copy, the writes mirrored during it, answers equal to a fresh index."""
+cover what both share: the copy, the writes applied to both during it, answers equal to a fresh index."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_rollout_swaps_the_alias_without_a_failed_request(tiny_bundle, bundle_b,
         assert layout(qdrant) == ({"items.r2"}, {"items": "items.r2"})
 
 
-def test_abort_drops_the_shadow_collection(tiny_bundle, bundle_b, start_service, tmp_path):
+def test_abort_drops_the_new_collection(tiny_bundle, bundle_b, start_service, tmp_path):
     with QdrantRest() as qdrant:
         service = start_service(tiny_bundle, tmp_path / "data", MS_QDRANT_URL=qdrant.url)
         with Client(service.url) as client:
@@ -94,7 +94,7 @@ def test_abort_drops_the_shadow_collection(tiny_bundle, bundle_b, start_service,
 
 
 def test_a_rollout_killed_at_any_point_restarts_on_a_whole_collection(tiny_bundle, bundle_b, start_service, tmp_path):
-    """kill -9 during the copy: the restart serves the old collection whole and drops the shadow; kill -9 just after
+    """kill -9 during the copy: the restart serves the old collection whole and drops the new one; kill -9 just after
     a swap (from the plain collection, then from one behind the alias): the restart serves the new one whole, with
     its bundle, and drops the old."""
     items = catalog(1500)
@@ -106,7 +106,7 @@ def test_a_rollout_killed_at_any_point_restarts_on_a_whole_collection(tiny_bundl
         cut: dict[str, str] = {}
         steps = [
             ("copying", bundle_b, "tiny-bert", ({"items"}, {})),
-            ("swapped", bundle_b, "tiny-bert-b", ({"items.r1"}, {"items": "items.r1"})),  # the shadow's name again
+            ("swapped", bundle_b, "tiny-bert-b", ({"items.r1"}, {"items": "items.r1"})),  # the new store's name again
             ("swapped", tiny_bundle, "tiny-bert", ({"items.r2"}, {"items": "items.r2"})),
         ]
         for n, (point, bundle, model, after) in enumerate(steps):

@@ -116,13 +116,14 @@ def svd_bundle(tmp_path_factory):
     return export_bundle(build_tiny_model(root / "model"), root / "bundle", name="tiny-svd", pooling="svd", rank_k=3)
 
 
-def _catalog(bundle, path, *, remote: bool = False):
-    """A Catalog on the embedded store, or on qdrant-client's local mode (the server store's code path)."""
+def _engine(bundle, path, *, remote: bool = False, **options):
+    """An Engine on the embedded store, or on qdrant-client's local mode (the server store's code path); `options`:
+    the engine's own (candidates_min, ...)."""
     from qdrant_client import QdrantClient
 
     from metricsearch.core.bundle import load_bundle
     from metricsearch.encoder import Encoder
-    from metricsearch.service.catalog import Catalog, vector_schema
+    from metricsearch.service.engine import Engine, vector_schema
     from metricsearch.service.store import EdgeStore, RemoteStore
 
     loaded = load_bundle(bundle)
@@ -131,7 +132,8 @@ def _catalog(bundle, path, *, remote: bool = False):
         store = RemoteStore(QdrantClient(path=str(path)), "items", schema)
     else:
         store = EdgeStore(path, schema, optimize_after_writes=0)
-    return Catalog(loaded.manifest, Encoder(loaded), store, candidates_min=100, candidates_factor=10), store
+    options = {"candidates_min": 100, "candidates_factor": 10} | options
+    return Engine(loaded.manifest, Encoder(loaded), store, **options), store
 
 
 def test_export_options_for_second_order_pooling(svd_bundle, tmp_path):
@@ -159,10 +161,10 @@ def test_embedded_and_server_stores_rerank_alike(svd_bundle, tmp_path):
 
     answers = []
     for remote in (False, True):
-        catalog, store = _catalog(svd_bundle, tmp_path / f"store-{remote}", remote=remote)
+        engine, store = _engine(svd_bundle, tmp_path / f"store-{remote}", remote=remote)
         try:
-            catalog.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in ITEMS])
-            answers.append([(m.id, m.score) for m in catalog.similar_to_item("p2", k=4)])
+            engine.indexer.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in ITEMS])
+            answers.append([(m.id, m.score) for m in engine.similar_to_item("p2", k=4)])
         finally:
             store.close()
     assert [i for i, _ in answers[0]] == [i for i, _ in answers[1]]
@@ -195,29 +197,30 @@ def test_token_bundle_encodes_what_the_trained_model_gives(svd_bundle):
     assert (np.sum(unit * encoded[:, : encoder.dim], axis=1) > 0.9999).all()
 
 
-def test_catalog_reranks_by_frobenius_similarity_and_an_item_scores_1_against_itself(svd_bundle, tmp_path):
+def test_engine_reranks_by_frobenius_similarity_and_an_item_scores_1_against_itself(svd_bundle, tmp_path):
     from metricsearch.core.records import Item
-    from metricsearch.service.catalog import FACTORS_VECTOR
+    from metricsearch.service.engine import FACTORS_VECTOR, Query
     from tests.service.api.test_api import ITEMS
 
-    catalog, store = _catalog(svd_bundle, tmp_path / "store")
+    engine, store = _engine(svd_bundle, tmp_path / "store")
     try:
         items = [Item(i["id"], i["title"], i["description"], i["metadata"]) for i in ITEMS]
-        assert catalog.index(items).indexed == len(items)
+        assert engine.indexer.index(items).indexed == len(items)
         stored = store.get(["p1"], with_vectors=True)["p1"]
-        assert stored.vectors[FACTORS_VECTOR].shape == (2 * 3 * catalog.encoder.dim,)
+        assert stored.vectors[FACTORS_VECTOR].shape == (2 * 3 * engine.encoder.dim,)
 
-        # The item's own texts as a query: it comes first, scoring 1, with S_F 1 on both fields.
-        encoded = catalog.encoder.encode([ITEMS[0]["title"], ITEMS[0]["description"]])
-        best = catalog.similar(catalog.query_vectors_from_texts(encoded, free_text=False), k=3)[0]
+        # The item's own texts as a query (without terms): it comes first, scoring 1, with S_F 1 on both fields.
+        encoded = engine.encoder.encode([ITEMS[0]["title"], ITEMS[0]["description"]])
+        best = engine.ranker.rank([Query(engine.layout.from_texts(encoded, free_text=False), {})], k=3)[0]
         assert best.id == "p1"
         assert best.score == pytest.approx(1.0, abs=1e-5)
-        assert best.field_scores == pytest.approx({"title": 1.0, "description": 1.0}, abs=1e-5)
+        metric = {name: best.field_scores[name] for name in ("title", "description")}
+        assert metric == pytest.approx({"title": 1.0, "description": 1.0}, abs=1e-5)
 
         # By id: every other item, scored as the weighted mean of per-field S_F (p4 has no description: title's).
-        results = catalog.similar_to_item("p1", k=10)
+        results = engine.similar_to_item("p1", k=10)
         assert "p1" not in [r.id for r in results] and len(results) == len(ITEMS) - 1
-        fields = {i["id"]: _field_factors(catalog.encoder, i) for i in ITEMS}
+        fields = {i["id"]: _field_factors(engine.encoder, i) for i in ITEMS}
         for match in results:
             title = second_order.frobenius_similarity(fields["p1"][0], fields[match.id][0][None])[0]
             description = (
@@ -229,8 +232,8 @@ def test_catalog_reranks_by_frobenius_similarity_and_an_item_scores_1_against_it
         assert [r.score for r in results] == sorted((r.score for r in results), reverse=True)
 
         # A metadata-only update keeps the stored factors.
-        catalog.index([Item(items[1].id, items[1].title, items[1].description, {"brand": "other"})])
-        again = {r.id: r.score for r in catalog.similar_to_item("p1", k=10)}
+        engine.indexer.index([Item(items[1].id, items[1].title, items[1].description, {"brand": "other"})])
+        again = {r.id: r.score for r in engine.similar_to_item("p1", k=10)}
         assert again == pytest.approx({r.id: r.score for r in results}, abs=1e-6)
     finally:
         store.close()

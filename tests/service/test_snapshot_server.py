@@ -25,8 +25,8 @@ import pytest
 
 from metricsearch.core.bundle import load_bundle
 from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
-from metricsearch.service.catalog import vector_schema
 from metricsearch.service.config import Settings
+from metricsearch.service.engine import vector_schema
 from metricsearch.service.process import free_port
 from metricsearch.service.snapshot import create, restore
 from metricsearch.service.store.remote import METADATA_KEY

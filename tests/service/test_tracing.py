@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from metricsearch.core import spans
 from metricsearch.service.api.app import create_app
 from metricsearch.service.config import Settings
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.process import ServiceProcess
-from metricsearch.service.runtime import build_runtime
 from metricsearch.service.tracing import trace_with
 from tests.service.serving import serving
 
@@ -41,7 +41,7 @@ def traced(tiny_bundle, tmp_path_factory) -> Iterator[tuple[str, InMemorySpanExp
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    app = create_app(build_runtime(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path_factory.mktemp("traced"))))
+    app = create_app(Service(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path_factory.mktemp("traced"))))
     trace_with(app, provider)
     try:
         with serving(app) as url:
@@ -120,8 +120,8 @@ def test_serve_exports_over_otlp_when_the_endpoint_is_set(tiny_bundle, tmp_path)
 def test_without_an_endpoint_no_sdk_is_loaded(tiny_bundle, tmp_path):
     code = (
         "import sys; from metricsearch.service.api.app import create_app; "
-        "from metricsearch.service.config import Settings; from metricsearch.service.runtime import build_runtime; "
-        f"create_app(build_runtime(Settings(bundle_dir={str(tiny_bundle)!r}, data_dir={str(tmp_path)!r}))); "
+        "from metricsearch.service.config import Settings; from metricsearch.service.lifecycle import Service; "
+        f"create_app(Service(Settings(bundle_dir={str(tiny_bundle)!r}, data_dir={str(tmp_path)!r}))); "
         "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk', 'opentelemetry.instrumentation'))))"
     )
     env = {"PATH": "", "PYTHONPATH": ":".join(sys.path), "OTEL_TRACES_EXPORTER": "otlp"}

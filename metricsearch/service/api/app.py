@@ -1,4 +1,4 @@
-"""The FastAPI application around a built runtime."""
+"""The FastAPI application around a started service."""
 
 from __future__ import annotations
 
@@ -13,20 +13,19 @@ from starlette.types import Receive, Scope, Send
 from metricsearch.service.api import deps, errors
 from metricsearch.service.api.middleware import BodyLimitMiddleware, RequestIdMiddleware
 from metricsearch.service.api.routes import metrics_router, router
-from metricsearch.service.runtime import Runtime
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.tracing import install_tracing
 
 
 def app_from_environment() -> FastAPI:
-    """The factory each worker process calls under `metricsearch serve --workers N`: its own runtime (encoder,
+    """The factory each worker process calls under `metricsearch serve --workers N`: its own service (encoder,
     batcher, caches) from the MS_ settings; the workers share only the Qdrant server."""
     from metricsearch.service.config import Settings
     from metricsearch.service.logs import configure_logging
-    from metricsearch.service.runtime import build_runtime
 
     settings = Settings()
     configure_logging(settings.log_level)
-    return create_app(build_runtime(settings))
+    return create_app(Service(settings))
 
 
 class _App(FastAPI):
@@ -42,23 +41,20 @@ class _App(FastAPI):
         await self._with_request_id(scope, receive, send)
 
 
-def create_app(runtime: Runtime) -> FastAPI:
-    settings = runtime.settings
+def create_app(service: Service) -> FastAPI:
+    settings = service.settings
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        runtime.batcher.start()
+        service.start()
         try:
             if settings.metrics_port is None:
                 yield
             else:
-                with runtime.metrics.served_on(settings.host, settings.metrics_port):
+                with service.metrics.served_on(settings.host, settings.metrics_port):
                     yield
         finally:
-            live = app.state.runtime  # a model rollout may have swapped another in
-            await live.rollout.aclose()
-            await live.batcher.stop()
-            live.close()
+            await service.aclose()
 
     app = _App(
         title="metricsearch",
@@ -66,14 +62,13 @@ def create_app(runtime: Runtime) -> FastAPI:
         version="0.1.0",
         lifespan=lifespan,
     )
-    app.state.runtime = runtime
-    runtime.rollout.on_swap(lambda swapped: setattr(app.state, "runtime", swapped))
+    app.state.service = service
     app.include_router(router)
     if settings.metrics_port is None:  # else served on its own port (lifespan above), unknown here
         app.include_router(metrics_router)
     errors.install(app)
     deps.declare_open_routes(app)
-    runtime.metrics.http().instrument(app)
+    service.metrics.http().instrument(app)
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,

@@ -1,5 +1,6 @@
-"""Typed dependencies of the routes: the runtime built at start-up, and the API keys, read through a declared
-security scheme (bearerAuth) so /openapi.json and /docs show which routes take a key and generated clients send it."""
+"""Typed dependencies of the routes: the service started with the app and the runtime it serves now, and the API
+keys, read through a declared security scheme (bearerAuth) so /openapi.json and /docs show which routes take a key
+and generated clients send it."""
 
 from __future__ import annotations
 
@@ -11,13 +12,20 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import SecretStr
 
 from metricsearch.core.errors import AuthForbiddenError, AuthMissingError
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.runtime import Runtime
 
 
+def get_service(request: Request) -> Service:
+    return request.app.state.service
+
+
 def get_runtime(request: Request) -> Runtime:
-    return request.app.state.runtime
+    """The live runtime, read once per request: a model rollout's swap serves the next request from another."""
+    return request.app.state.service.live
 
 
+ServiceDep = Annotated[Service, Depends(get_service)]
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 # auto_error=False: a missing key is ours to refuse (401 with WWW-Authenticate, and only where a key is set). Two
 # schemes, as there are two keys: /docs asks for each, and the document can say which one a route takes.
@@ -39,14 +47,14 @@ def _check_key(accepted: list[SecretStr], credentials: HTTPAuthorizationCredenti
         raise AuthForbiddenError(f"the API key given is not valid for {what}")
 
 
-def require_write_key(runtime: RuntimeDep, credentials: WriteCredentials) -> None:
-    if runtime.settings.api_key is not None:
-        _check_key([runtime.settings.api_key], credentials, "writes")
+def require_write_key(service: ServiceDep, credentials: WriteCredentials) -> None:
+    if service.settings.api_key is not None:
+        _check_key([service.settings.api_key], credentials, "writes")
 
 
-def require_read_key(runtime: RuntimeDep, credentials: ReadCredentials) -> None:
+def require_read_key(service: ServiceDep, credentials: ReadCredentials) -> None:
     """With a read key set, reads take it or the write key."""
-    settings = runtime.settings
+    settings = service.settings
     if settings.read_api_key is not None:
         _check_key([k for k in (settings.read_api_key, settings.api_key) if k is not None], credentials, "reads")
 
@@ -58,7 +66,7 @@ def declare_open_routes(app: FastAPI) -> None:
 
     def openapi() -> dict:
         if app.openapi_schema is None:
-            settings = app.state.runtime.settings
+            settings = app.state.service.settings
             keys = {"bearerAuth": settings.api_key, "readBearerAuth": settings.read_api_key}
             unset = {scheme for scheme, key in keys.items() if key is None}
             for operations in build()["paths"].values():

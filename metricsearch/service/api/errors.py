@@ -27,6 +27,7 @@ ANSWERS: dict[type[errors.MetricSearchError], tuple[int, str]] = {
     errors.RolloutError: (409, "rollout_conflict"),
     errors.PayloadTooLargeError: (413, "limit_exceeded"),
     errors.OverloadedError: (429, "overloaded"),
+    errors.StorageFullError: (507, "insufficient_storage"),
     errors.NotReadyError: (503, "not_ready"),
     errors.StoreUnavailableError: (503, "store_unavailable"),
     errors.TimedOutError: (503, "timed_out"),

@@ -13,8 +13,8 @@ import pytest
 
 from metricsearch.service.api.app import create_app
 from metricsearch.service.config import Settings
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.logs import JsonFormatter
-from metricsearch.service.runtime import build_runtime
 from tests.service.serving import serving
 
 log = logging.getLogger("tests.request_id")
@@ -22,7 +22,7 @@ log = logging.getLogger("tests.request_id")
 
 @pytest.fixture(scope="module")
 def url(tiny_bundle, tmp_path_factory) -> Iterator[str]:
-    app = create_app(build_runtime(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path_factory.mktemp("ids"))))
+    app = create_app(Service(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path_factory.mktemp("ids"))))
 
     @app.get("/logs-on-the-loop")
     async def on_the_loop() -> dict:

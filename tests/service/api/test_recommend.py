@@ -9,7 +9,7 @@ import math
 import pytest
 
 from metricsearch.service.process import ServiceProcess
-from tests.service.test_second_order import _catalog, svd_bundle  # noqa: F401 (a fixture)
+from tests.service.test_second_order import _engine, svd_bundle  # noqa: F401 (a fixture)
 
 KEY = "write-secret"
 BRANDS = ("acme", "boota", "hatco", "zeta")
@@ -210,17 +210,15 @@ def test_second_order_bundles_rank_and_diversify_with_their_own_metric(svd_bundl
     """In process: the Frobenius metric's options path (its similarity between results is S_F of the factors)."""
     from metricsearch.core.records import Item
     from metricsearch.core.schemas import SimilarRequest
-    from metricsearch.service.recommend import Recommender
     from tests.service.api.test_api import ITEMS as SHOP
 
-    catalog, store = _catalog(svd_bundle, tmp_path / "store")
+    engine, store = _engine(svd_bundle, tmp_path / "store", max_candidates=100)
     try:
-        catalog.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in SHOP])
-        recommender = Recommender(catalog, max_candidates=100)
-        plain = catalog.similar_to_item("p1", 4)
-        neutral = recommender.answer(SimilarRequest(id="p1", k=4, min_score=-1.0))
+        engine.indexer.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in SHOP])
+        plain = engine.similar_to_item("p1", 4)
+        neutral = engine.answer(SimilarRequest(id="p1", k=4, min_score=-1.0))
         assert [(m.id, m.score) for m in neutral] == [(m.id, m.score) for m in plain]
-        diverse = recommender.answer(SimilarRequest(positive_ids=["p1", "p2"], k=3, diversity=0.7, group_by="brand"))
+        diverse = engine.answer(SimilarRequest(positive_ids=["p1", "p2"], k=3, diversity=0.7, group_by="brand"))
         assert len({m.metadata["brand"] for m in diverse}) == len(diverse) == 3
         assert all(0.0 <= m.score <= 1.0 for m in diverse)
     finally:
@@ -233,30 +231,30 @@ def test_group_by_widens_less_the_more_query_items_it_scores(tiny_bundle, tmp_pa
     that is less than 2x further."""
     from metricsearch.core.records import Item
     from metricsearch.core.schemas import SimilarRequest
-    from metricsearch.service.catalog import Catalog
-    from metricsearch.service.recommend import Recommender
+    from metricsearch.service.engine import Engine
 
-    catalog, store = _catalog(tiny_bundle, tmp_path / "store")
+    engine, store = _engine(tiny_bundle, tmp_path / "store", candidates_min=2, candidates_factor=1, max_candidates=16)
     try:
-        catalog.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in ITEMS])
-        catalog = Catalog(catalog.manifest, catalog.encoder, store, candidates_min=2, candidates_factor=1)
+        engine.indexer.index([Item(i["id"], i["title"], i["description"], i["metadata"]) for i in ITEMS])
         limits: list[int] = []
         search = store.search
         store.search = lambda vector, limit, *args, **kwargs: (
             limits.append(limit) or search(vector, limit, *args, **kwargs)
         )
-        recommender = Recommender(catalog, max_candidates=16)
-        one = recommender.answer(SimilarRequest(id="i0", k=8, group_by="brand"))  # 4 brands: never 8 results
+        one = engine.answer(SimilarRequest(id="i0", k=8, group_by="brand"))  # 4 brands: never 8 results
         assert limits == [8, 16] and len({m.metadata["brand"] for m in one}) == len(one) <= 4
         limits.clear()
-        four = recommender.answer(
+        four = engine.answer(
             SimilarRequest(positive_ids=["i0", "i1"], negative_ids=["i2", "i3"], k=8, group_by="brand")
         )
         assert limits == [8], "16 candidates over 4 query items: no wider than the first search"
         assert len({m.metadata["brand"] for m in four}) == len(four) <= 4
         limits.clear()
         # A key no item holds: one group, never 2 results. 2 -> 8 would leave a step of 1.5x to 12: straight to 12.
-        Recommender(catalog, max_candidates=12).answer(SimilarRequest(id="i0", k=2, group_by="no-such-key"))
+        narrower = Engine(
+            engine.manifest, engine.encoder, store, candidates_min=2, candidates_factor=1, max_candidates=12
+        )
+        narrower.answer(SimilarRequest(id="i0", k=2, group_by="no-such-key"))
         assert limits == [2, 12]
     finally:
         store.close()

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from metricsearch.core.errors import NotReadyError
-from metricsearch.service.api.deps import RuntimeDep
+from metricsearch.service.api.deps import RuntimeDep, ServiceDep
 from metricsearch.service.api.routes.common import ERRORS
 
 router = APIRouter(responses=ERRORS, tags=["ops"])
@@ -39,5 +39,5 @@ def model(runtime: RuntimeDep) -> dict:
 
 
 @metrics_router.get("/metrics", response_class=Response)
-def metrics(runtime: RuntimeDep) -> Response:
-    return Response(generate_latest(runtime.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+def metrics(service: ServiceDep) -> Response:
+    return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)

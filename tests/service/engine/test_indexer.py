@@ -1,4 +1,4 @@
-"""Catalog.index's writes: each chunk of items is encoded while the one before it is written, chunks are written in
+"""Indexer.index's writes: each chunk of items is encoded while the one before it is written, chunks are written in
 order, and after a failure nothing more is written (embedded store, tiny model)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from metricsearch.core.bundle import load_bundle
 from metricsearch.core.errors import StoreUnavailableError
 from metricsearch.core.records import Item
 from metricsearch.encoder import Encoder
-from metricsearch.service.catalog import ANN_VECTOR, Catalog, vector_schema
+from metricsearch.service.engine import ANN_VECTOR, Engine, vector_schema
 from metricsearch.service.store import EdgeStore
 
 # batch_size 2 x 2 workers: chunks of 4 items, [0-3], [4-7], [8-9].
@@ -22,20 +22,20 @@ CHUNKS = [[f"i{n}" for n in range(start, min(start + 4, 10))] for start in (0, 4
 
 
 @pytest.fixture
-def catalog(tiny_bundle, tmp_path):
+def indexer(tiny_bundle, tmp_path):
     loaded = load_bundle(tiny_bundle)
     store = EdgeStore(tmp_path / "store", vector_schema(loaded), optimize_after_writes=0)
     encoder = Encoder(loaded, intra_op_threads=1, bulk_workers=2)
-    yield Catalog(loaded.manifest, encoder, store, candidates_min=100, candidates_factor=10)
+    yield Engine(loaded.manifest, encoder, store, candidates_min=100, candidates_factor=10).indexer
     store.close()
 
 
-def record_calls(catalog, monkeypatch, *, fail_write: int = -1, fail_encode: int = -1) -> list[tuple]:
+def record_calls(indexer, monkeypatch, *, fail_write: int = -1, fail_encode: int = -1) -> list[tuple]:
     """(event, chunk's ids, monotonic time) for every encode and write, a write taking 0.2 s; the numbered call of
     each kind fails when asked."""
     events: list[tuple] = []
     lock = threading.Lock()
-    encode, upsert = catalog.encode_items, catalog.store.upsert
+    encode, upsert = indexer.encode_items, indexer.store.upsert
 
     def log(event: str, ids: list[str]) -> int:
         with lock:
@@ -56,33 +56,33 @@ def record_calls(catalog, monkeypatch, *, fail_write: int = -1, fail_encode: int
         upsert(records)
         log("written", [r.id for r in records])
 
-    monkeypatch.setattr(catalog, "encode_items", encoding)
-    monkeypatch.setattr(catalog.store, "upsert", writing)
+    monkeypatch.setattr(indexer, "encode_items", encoding)
+    monkeypatch.setattr(indexer.store, "upsert", writing)
     return events
 
 
-def test_next_chunk_is_encoded_while_the_last_is_written_in_order(catalog, monkeypatch):
-    events = record_calls(catalog, monkeypatch)
-    assert catalog.index(ITEMS, batch_size=2).indexed == len(ITEMS)
+def test_next_chunk_is_encoded_while_the_last_is_written_in_order(indexer, monkeypatch):
+    events = record_calls(indexer, monkeypatch)
+    assert indexer.index(ITEMS, batch_size=2).indexed == len(ITEMS)
     assert [ids for e, ids, _ in events if e == "written"] == CHUNKS
     when = {(e, tuple(ids)): t for e, ids, t in events}
     for n in range(len(CHUNKS) - 1):  # chunk n+1's encoding starts after chunk n's, before chunk n is written
         assert when["encoded", tuple(CHUNKS[n])] <= when["encode", tuple(CHUNKS[n + 1])]
         assert when["encode", tuple(CHUNKS[n + 1])] < when["written", tuple(CHUNKS[n])]
-    stored = catalog.store.get([i.id for i in ITEMS], with_vectors=True)
+    stored = indexer.store.get([i.id for i in ITEMS], with_vectors=True)
     assert sorted(stored) == sorted(i.id for i in ITEMS)
     assert all(np.isclose(np.linalg.norm(s.vectors[ANN_VECTOR]), 1, atol=1e-4) for s in stored.values())
 
 
 @pytest.mark.parametrize(("kind", "error"), [("fail_encode", RuntimeError), ("fail_write", StoreUnavailableError)])
-def test_after_a_failure_nothing_more_is_written(catalog, monkeypatch, kind, error):
+def test_after_a_failure_nothing_more_is_written(indexer, monkeypatch, kind, error):
     """The second chunk fails: the first is in the store (unacknowledged, as a failed upsert may leave part of its
     batch), the third is neither written nor, beyond the one chunk in flight, encoded."""
-    events = record_calls(catalog, monkeypatch, **{kind: 1})
+    events = record_calls(indexer, monkeypatch, **{kind: 1})
     with pytest.raises(error):
-        catalog.index(ITEMS, batch_size=2)
+        indexer.index(ITEMS, batch_size=2)
     assert [ids for e, ids, _ in events if e == "written"] == CHUNKS[:1]
-    assert sorted(catalog.store.get([i.id for i in ITEMS])) == CHUNKS[0]
+    assert sorted(indexer.store.get([i.id for i in ITEMS])) == CHUNKS[0]
     assert CHUNKS[2] not in [ids for e, ids, _ in events if e == "write"]
     if kind == "fail_encode":
         assert CHUNKS[2] not in [ids for e, ids, _ in events if e == "encode"]

@@ -16,8 +16,8 @@ from qdrant_client import models as qm
 
 from metricsearch.service.api.app import create_app
 from metricsearch.service.config import Settings
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.process import ServiceProcess
-from metricsearch.service.runtime import build_runtime
 from tests.service.qdrant_rest import QdrantRest
 
 DOC = Path(__file__).parents[3] / "docs" / "api.md"
@@ -139,13 +139,13 @@ def answers(tight, mismatched, tiny_bundle, tmp_path_factory) -> dict[str, tuple
         got["store silent"] = client.post("/similar", json={"id": "a"}), "store_unavailable"
         qdrant.answer()
 
-    runtime = build_runtime(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path_factory.mktemp("internal") / "data"))
+    service = Service(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path_factory.mktemp("internal") / "data"))
 
     def broken(item_id: str):
         raise RuntimeError("a bug")
 
-    runtime.catalog.get = broken
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+    service.live.engine.get = broken
+    with TestClient(create_app(service), raise_server_exceptions=False) as client:
         got["bug"] = client.get("/items/a"), "internal"
     return got
 

@@ -12,7 +12,7 @@ import pytest
 from metricsearch.core.bundle import MANIFEST_FILE
 from metricsearch.core.errors import BundleError
 from metricsearch.service.config import Settings
-from metricsearch.service.runtime import build_runtime
+from metricsearch.service.lifecycle import Service
 
 
 def _unmeasured(bundle: Path, precision: str, target: Path) -> Path:
@@ -29,7 +29,7 @@ def test_unmeasured_reduced_precision_bundle_is_refused_with_the_fix(tiny_bundle
     bundle = _unmeasured(tiny_bundle, precision, tmp_path / precision)
     settings = Settings(bundle_dir=bundle, data_dir=tmp_path / "data")
     with pytest.raises(BundleError) as refused:
-        build_runtime(settings)
+        Service(settings)
     message = str(refused.value)
     assert f"its {precision} encoder records no measured agreement" in message
     assert f"--precision {precision} --catalog CATALOG" in message
@@ -39,7 +39,7 @@ def test_unmeasured_reduced_precision_bundle_is_refused_with_the_fix(tiny_bundle
 
 def test_a_floor_of_zero_serves_an_unmeasured_bundle(tiny_bundle, tmp_path):
     bundle = _unmeasured(tiny_bundle, "int8", tmp_path / "int8")
-    runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", min_neighbour_overlap=0))
+    runtime = Service(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", min_neighbour_overlap=0)).live
     try:
         assert runtime.bundle.manifest.encoder.precision == "int8"
         assert runtime.encoder.encode(["red cotton shirt"]).shape == (1, runtime.encoder.dim)
@@ -48,5 +48,5 @@ def test_a_floor_of_zero_serves_an_unmeasured_bundle(tiny_bundle, tmp_path):
 
 
 def test_fp32_bundle_needs_no_record_at_any_floor(tiny_bundle, tmp_path):
-    runtime = build_runtime(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path / "data", min_neighbour_overlap=1))
+    runtime = Service(Settings(bundle_dir=tiny_bundle, data_dir=tmp_path / "data", min_neighbour_overlap=1)).live
     runtime.close()

@@ -11,15 +11,15 @@ import pytest
 
 from metricsearch.core.fusion import DEFAULT_FUSION
 from metricsearch.service.config import Settings
-from metricsearch.service.runtime import build_runtime
+from metricsearch.service.lifecycle import Service
 from metricsearch.service.store.base import Equals
-from tests.service.test_hybrid import catalog_items
+from tests.service.catalogs import catalog_items
 
 N_ITEMS = 150
 
 
 @pytest.fixture(scope="module")
-def catalog(tiny_bundle, tmp_path_factory):
+def engine(tiny_bundle, tmp_path_factory):
     folder = tmp_path_factory.mktemp("exact")
     bundle = folder / "bundle"
     shutil.copytree(tiny_bundle, bundle)
@@ -27,22 +27,22 @@ def catalog(tiny_bundle, tmp_path_factory):
     manifest["fusion"] = {"weights": DEFAULT_FUSION, "chosen_by": "test"}
     (bundle / "bundle.json").write_text(json.dumps(manifest))
     # At least N_ITEMS candidates for any k: every search reranks the whole (filtered) catalog.
-    runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=N_ITEMS))
-    runtime.catalog.index(catalog_items(N_ITEMS))
-    yield runtime.catalog
+    runtime = Service(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=N_ITEMS)).live
+    runtime.engine.indexer.index(catalog_items(N_ITEMS))
+    yield runtime.engine
     runtime.close()
 
 
-def exact(catalog, query_id: str, k: int, conditions) -> list[tuple]:
+def exact(engine, query_id: str, k: int, conditions) -> list[tuple]:
     """Every other item meeting `conditions`, read as a search reads it, reranked, then sorted by hand best first
     with ties by id: (id, score, components) each."""
-    query, terms = catalog.item_query(catalog.store.get([query_id], with_vectors=True)[query_id])
-    everything = catalog.store.search(catalog.ann_vector(query), N_ITEMS, conditions, [query_id])
+    query = engine.queries.of_id(query_id)
+    everything = engine.store.search(engine.layout.packed(query.vectors), N_ITEMS, conditions, [query_id])
     wanted = {f"i{n}" for n in range(N_ITEMS) if all(c.value == ("a" if n % 2 else "b") for c in conditions)}
     assert set(everything.ids) == wanted - {query_id}
-    candidates = catalog.candidate_vectors(everything)
-    lexical = catalog._lexical(terms, candidates.present, everything.points)
-    ranked = catalog.rerank(query, candidates, lexical, catalog.stats())
+    candidates = engine.layout.stored(everything.vectors)
+    lexical = engine.ranker.lexical.score(query.terms, candidates.present, everything.points)
+    ranked = engine.rerank(query.vectors, candidates, lexical, engine.statistics.current())
     rows = [
         (
             i,
@@ -56,8 +56,8 @@ def exact(catalog, query_id: str, k: int, conditions) -> list[tuple]:
 
 @pytest.mark.parametrize("k", [10, 100])
 @pytest.mark.parametrize("shop", [None, "a"])
-def test_answer_is_the_exact_rerank_of_every_item(catalog, k, shop):
+def test_answer_is_the_exact_rerank_of_every_item(engine, k, shop):
     conditions = [Equals("shop", shop)] if shop else []
     for query_id in ("i3", "i10", "i41", "i77"):
-        served = catalog.similar_to_item(query_id, k, conditions)
-        assert [(m.id, m.score, m.field_scores) for m in served] == exact(catalog, query_id, k, conditions)
+        served = engine.similar_to_item(query_id, k, conditions)
+        assert [(m.id, m.score, m.field_scores) for m in served] == exact(engine, query_id, k, conditions)

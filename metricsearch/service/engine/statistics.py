@@ -1,0 +1,136 @@
+"""The catalog statistics a fused or RecoBERT rerank normalises its components by: estimated on a sample of stored
+items' pairs, so a ranking depends neither on k nor on the filter, and estimated anew in the background once writes
+of STATS_REFRESH of the catalog have landed, while every request ranks with the previous ones."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
+from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats
+from metricsearch.core.rerank import FieldVectors, Reranker
+from metricsearch.service.engine.layout import FieldLayout
+from metricsearch.service.engine.lexical_scores import LexicalScores
+from metricsearch.service.store.base import Store
+
+log = logging.getLogger(__name__)
+
+STATS_REFRESH = 0.2
+"""Writes, as a share of the items counted at the last estimate, after which the statistics are estimated anew."""
+
+
+class Statistics:
+    def __init__(
+        self,
+        store: Store,
+        layout: FieldLayout,
+        rerank: Reranker,
+        lexical: LexicalScores | None,
+        on_change: Callable[[], None] = lambda: None,
+    ) -> None:
+        """`on_change` runs after a background estimate replaced the statistics: answers cached before were ranked
+        with the previous ones."""
+        self._store = store
+        self._layout = layout
+        self._rerank = rerank
+        self._lexical = lexical
+        self._on_change = on_change
+        self._stats: ComponentStats | None = None
+        self._stats_items = 0
+        self._lock = threading.Lock()
+        self._writes = 0
+        self._writes_lock = threading.Lock()
+        """Orders writer threads' counts with the refresh's subtraction (`+=` is not atomic across threads)."""
+        self._refresh: threading.Thread | None = None
+        """The last background refresh (`current`), which `wait` waits for."""
+
+    @property
+    def needed(self) -> bool:
+        return self._rerank.needs_stats
+
+    def written(self, n: int) -> None:
+        """Count `n` items written or deleted: past STATS_REFRESH of the catalog, the next request refreshes."""
+        with self._writes_lock:
+            self._writes += n
+
+    def current(self) -> ComponentStats:
+        """The statistics to rank with. Once stale, a background thread estimates them anew while requests rank with
+        the previous ones; only statistics of no pairs at all (none yet, or of an empty catalog: a service started
+        before its first `/index`) are estimated in the request that needs them."""
+        current = self._stats
+        if current is None or not current.pairs:
+            return self._estimate_now()
+        if self._stale() and self._lock.acquire(blocking=False):
+            self._refresh = threading.Thread(target=self._refresh_in_background, name="stats-refresh", daemon=True)
+            self._refresh.start()
+        return current
+
+    def warm(self) -> ComponentStats | None:
+        """Estimated now if missing or stale (at start-up, before a rollout's swap) rather than by the next request;
+        None for a rerank without them or a store that does not answer yet, which leaves them to a request."""
+        if not self.needed:
+            return None
+        try:
+            return self._estimate_now()
+        except (StoreUnavailableError, StoreMismatchError):
+            return None
+
+    def wait(self, timeout: float = 10.0) -> None:
+        """Wait for a background refresh under way to end: before the store closes (a shutdown, a retired rollout)."""
+        if self._refresh is not None:
+            self._refresh.join(timeout)
+
+    def _stale(self) -> bool:
+        return self._stats is None or self._writes > STATS_REFRESH * max(self._stats_items, 1)
+
+    def _estimate_now(self) -> ComponentStats:
+        """Estimated in this thread unless fresh (waits for a refresh under way, then checks again)."""
+        with self._lock:
+            if self._stale():
+                self._renew()
+            return self._stats
+
+    def _refresh_in_background(self) -> None:
+        """Runs with the lock `current()` took for it. A failure (the store closed or out of reach) leaves the
+        previous statistics, and the next request past the threshold tries again."""
+        try:
+            self._renew()
+            self._on_change()
+        except Exception:
+            log.warning("component statistics not estimated anew; ranking with the previous ones", exc_info=True)
+        finally:
+            self._lock.release()
+
+    def _renew(self) -> None:
+        """Estimate with the lock held; writes that land meanwhile count towards the next refresh."""
+        writes = self._writes
+        items = self._store.count()
+        self._stats = self._estimate()
+        self._stats_items = items
+        with self._writes_lock:
+            self._writes -= writes
+
+    def _estimate(self) -> ComponentStats:
+        """Every sampled item as a query against the others, its components as the rerank computes them."""
+        sample = self._store.sample(STATS_SAMPLE)
+        if len(sample) < 2:
+            return ComponentStats.estimate({})
+        stored = self._layout.stored({name: np.stack([i.vectors[name] for i in sample]) for name in sample[0].vectors})
+        points = self._store.points([item.id for item in sample])
+        parts: dict[str, list[np.ndarray]] = {}
+        for n, item in enumerate(sample):
+            query = FieldVectors(
+                stored.fields[n], stored.present[n], None if stored.factors is None else stored.factors[n]
+            )
+            lexical = None
+            if self._lexical is not None:
+                terms = self._lexical.lexical.queries(item.title, item.description)
+                lexical = self._lexical.score(terms, stored.present, points)
+            others = np.arange(len(sample)) != n
+            for name, values in self._rerank.metric_scores(query, stored, lexical)[1].items():
+                parts.setdefault(name, []).append(values[others])
+        return ComponentStats.estimate({name: np.concatenate(v) for name, v in parts.items()})

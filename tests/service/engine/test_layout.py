@@ -1,0 +1,33 @@
+"""The vector layout: what decides re-encoding, a free text standing for every field, a stored item read back as
+the per-field vectors it was written from."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from metricsearch.service.engine import ANN_VECTOR, content_hash
+
+
+def test_only_the_texts_decide_re_encoding():
+    assert content_hash("red shirt", "soft") == content_hash("red shirt", "soft")
+    assert content_hash("red shirt", "soft") != content_hash("red shirt", "soft ")
+    assert content_hash("red", " shirt") != content_hash("red shirt", "")  # the field boundary counts
+
+
+def test_a_free_text_stands_for_every_field_and_a_title_for_its_own(engine):
+    layout = engine.layout
+    encoded = engine.encoder.encode(["red shirt"])
+    free = layout.from_texts(encoded, free_text=True)
+    titled = layout.from_texts(encoded, free_text=False)
+    assert free.present.tolist() == [True, True] and titled.present.tolist() == [True, False]
+    np.testing.assert_allclose(free.fields[0], free.fields[1])
+    np.testing.assert_allclose(np.linalg.norm(free.fields, axis=1), 1, atol=1e-5)
+
+
+def test_stored_vectors_read_back_per_field(engine):
+    per_field = np.zeros((1, 2, engine.encoder.dim), dtype=np.float32)
+    per_field[0, 0] = engine.encoder.encode(["red shirt"])[0]  # a title, no description
+    [vectors] = engine.layout.vectors_of(per_field)
+    stored = engine.layout.stored_one({ANN_VECTOR: vectors[ANN_VECTOR]})
+    assert stored.present.tolist() == [True, False]
+    np.testing.assert_allclose(stored.fields[0], per_field[0, 0] / np.linalg.norm(per_field[0, 0]), atol=1e-5)
