@@ -25,51 +25,74 @@ STATE_FILE, LOG_FILE, CURVES_FILE, TRAINING_FILE = "trainer_state.pt", "train_lo
 
 class TrainConfig(BaseModel):
     """A validated run configuration. `None` on an optional field means "the objective's default", resolved by
-    the validator, so the saved config (`<out>/config.json`) states every value the run used."""
+    the validator, so the saved config (`<out>/config.json`) states every value the run used. Each description is
+    the --help of the `metricsearch train` option of that name."""
 
     model_config = ConfigDict(extra="forbid")
 
-    objective: Objective
-    out: Path
-    catalog: Path | None = None
-    pairs: Path | None = None
-    triplets: Path | None = None
-    base: Path | None = Field(None, description="sentence-transformers folder; None = packaged all-MiniLM-L6-v2")
+    objective: Objective = Field(
+        description="metricbert, recobert (on --catalog), sbert-siamese (--pairs) or sbert-triplet (--triplets)"
+    )
+    out: Path = Field(description="run folder to write: best/, last/, train_log.jsonl, curves.png (required)")
+    catalog: Path | None = Field(None, description="catalog .csv/.jsonl (id, title, description)")
+    pairs: Path | None = Field(None, description="pairs .csv/.tsv/.jsonl (text_a, text_b, score)")
+    triplets: Path | None = Field(None, description="triplets .csv/.tsv/.jsonl (anchor, positive, negative)")
+    base: Path | None = Field(
+        None, description="sentence-transformers folder to start from; default: packaged all-MiniLM-L6-v2"
+    )
 
-    seed: int = 42
-    max_steps: int | None = Field(None, gt=0)
-    epochs: int | None = Field(None, gt=0, description="None: 1, or as many steps as fit time_budget_s if given")
-    batch_size: int = Field(16, ge=2)
-    lr: float = Field(2e-5, gt=0)
-    mlm_head_lr: float = Field(5e-4, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    max_grad_norm: float = Field(1.0, gt=0)
-    max_seq_length: int = Field(128, gt=0)
-    time_budget_s: float | None = Field(None, gt=0)
-    bf16: bool | None = None
+    seed: int = Field(42, description="seed of data order, masking, mining and dropout")
+    max_steps: int | None = Field(None, gt=0, description="optimizer steps; overrides --epochs")
+    epochs: int | None = Field(None, gt=0, description="passes over the data; unset: 1, or what fits --time-budget-s")
+    batch_size: int = Field(16, ge=2, description="examples per step (per process under torchrun)")
+    lr: float = Field(2e-5, gt=0, description="peak learning rate of the encoder")
+    mlm_head_lr: float = Field(5e-4, gt=0, description="learning rate of the new MLM head")
+    weight_decay: float = Field(0.01, ge=0, description="AdamW weight decay")
+    warmup_ratio: float = Field(0.1, ge=0, lt=1, description="share of encoder steps warming up")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping norm")
+    max_seq_length: int = Field(128, gt=0, description="tokens a text keeps, at most the model's")
+    time_budget_s: float | None = Field(
+        None, gt=0, description="stop in time to evaluate and save within this many seconds"
+    )
+    bf16: bool | None = Field(None, description="bf16 autocast; unset: where the GPU runs it natively")
 
-    eval_every: int = Field(100, gt=0)
-    log_every: int = Field(10, gt=0)
-    patience: int = Field(5, gt=0)
-    val_fraction: float = Field(0.1, ge=0, lt=1)
-    val_max: int = Field(1000, ge=2)
+    eval_every: int = Field(100, gt=0, description="validate every N steps")
+    log_every: int = Field(10, gt=0, description="log the mean losses every N steps")
+    patience: int = Field(5, gt=0, description="stop after N validations without improvement")
+    val_fraction: float = Field(0.1, ge=0, lt=1, description="share held out for validation; 0 = none")
+    val_max: int = Field(1000, ge=2, description="most held-out examples")
 
-    mining: Literal["hardest", "random"] = "hardest"
-    loss: Literal["triplet", "contrastive", "cosine"] = "triplet"
-    distance: Literal["angular", "cosine"] = "angular"
-    title_variants: float | None = Field(None, ge=0, le=1)
-    margin: float | None = Field(None, gt=0)
-    similarity_weight: float = Field(1.0, ge=0)
-    mlm_weight: float | None = Field(None, ge=0)
-    mlm_probability: float = Field(0.15, gt=0, le=1)
-    mlm_warmup_steps: int | None = Field(None, ge=0)
-    siamese_distance: Literal["cosine", "euclidean"] = "cosine"
-    triplet_distance: Literal["euclidean", "cosine"] = "euclidean"
-    pooling: Literal["mean", "cov", "svd"] = "mean"
-    rank_k: int | None = Field(None, gt=0, description="rank of the svd pooling")
+    mining: Literal["hardest", "random"] = Field("hardest", description="metricbert negatives")
+    loss: Literal["triplet", "contrastive", "cosine"] = Field("triplet", description="metricbert loss")
+    distance: Literal["angular", "cosine"] = Field("angular", description="metricbert distance")
+    title_variants: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="metricbert: share of positives that are a perturbed copy of the anchor's own title instead of "
+        "its description; unset: 0, the paper's",
+    )
+    margin: float | None = Field(
+        None, gt=0, description="margin of the triplet/contrastive loss; unset: the objective's (docs/training.md)"
+    )
+    similarity_weight: float = Field(1.0, ge=0, description="lambda: weight of the metric/TDM loss")
+    mlm_weight: float | None = Field(
+        None, ge=0, description="metricbert, recobert: weight of the MLM loss, 0 disables MLM; unset: 1"
+    )
+    mlm_probability: float = Field(0.15, gt=0, le=1, description="share of tokens masked")
+    mlm_warmup_steps: int | None = Field(
+        None,
+        ge=0,
+        description="metricbert, recobert: head-only steps with the encoder frozen, before joint; unset: 100",
+    )
+    siamese_distance: Literal["cosine", "euclidean"] = Field("cosine", description="sbert-siamese distance")
+    triplet_distance: Literal["euclidean", "cosine"] = Field("euclidean", description="sbert-triplet distance")
+    pooling: Literal["mean", "cov", "svd"] = Field(
+        "mean", description="mean, cov (token covariance A^T A) or svd (rank-k, needs --rank-k); S_F for cov/svd"
+    )
+    rank_k: int | None = Field(None, gt=0, description="rank k of --pooling svd")
 
-    resume: bool = False
+    resume: bool = Field(False, description="continue the run in --out from last/")
 
     @model_validator(mode="after")
     def _resolve(self) -> TrainConfig:

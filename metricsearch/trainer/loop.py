@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as torch_dist
 from sentence_transformers import SentenceTransformer
 from torch import nn
 from tqdm import tqdm
@@ -36,6 +35,7 @@ from metricsearch.trainer.config import (
     TRAINING_FILE,
     TrainConfig,
 )
+from metricsearch.trainer.distributed import Distributed
 from metricsearch.trainer.mlm import freeze_encoder
 from metricsearch.trainer.model import save_atomically, save_model
 from metricsearch.trainer.objectives import Objective
@@ -78,47 +78,6 @@ def lr_factors(step: int, *, head_warmup: int, warmup: int, total: int) -> tuple
     s, span = step - head_warmup, total - head_warmup
     encoder = s / max(1, warmup) if s < warmup else max(0.0, (span - s) / max(1, span - warmup))
     return encoder, max(0.0, (span - s) / max(1, span))
-
-
-class Distributed:
-    """torch.distributed when torchrun started several processes, nothing otherwise. Gradients are averaged by
-    hand (one flat all-reduce) rather than through DistributedDataParallel, which expects one forward per step,
-    while the objectives run two or three and an MLM head outside the model."""
-
-    def __init__(self, rank: int = 0, world_size: int = 1) -> None:
-        self.rank, self.world_size = rank, world_size
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-    def average_gradients(self, parameters: Sequence[nn.Parameter]) -> None:
-        grads = [p.grad for p in parameters if p.grad is not None]
-        if self.world_size == 1 or not grads:
-            return
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        torch_dist.all_reduce(flat)
-        flat /= self.world_size
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
-
-    def mean(self, values: dict[str, float], device: torch.device) -> dict[str, float]:
-        if self.world_size == 1:
-            return values
-        keys = sorted(values)
-        tensor = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)
-        torch_dist.all_reduce(tensor)
-        return dict(zip(keys, (tensor / self.world_size).tolist(), strict=True))
-
-    def from_main(self, value: int, device: torch.device) -> int:
-        """Rank 0's decision (stop, the planned steps), so every process leaves the loop at the same step."""
-        if self.world_size == 1:
-            return value
-        tensor = torch.tensor([int(value)], dtype=torch.int64, device=device)
-        torch_dist.broadcast(tensor, src=0)
-        return int(tensor.item())
 
 
 class Loop:

@@ -41,7 +41,8 @@ def train(config: TrainConfig) -> TrainResult:
 
     # Imported only now: sentence-transformers takes seconds to import, which a mistake above should not wait for.
     from metricsearch.core.base_model import PACKAGED_BASE_MODEL, packaged_model_dir
-    from metricsearch.trainer.loop import Distributed, Loop
+    from metricsearch.trainer.distributed import Distributed
+    from metricsearch.trainer.loop import Loop
     from metricsearch.trainer.mlm import MLMHead
     from metricsearch.trainer.model import load_encoder
     from metricsearch.trainer.objectives import build_objective

@@ -1,0 +1,3 @@
+from metricsearch.cli import app
+
+app()
