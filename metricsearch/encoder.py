@@ -4,6 +4,9 @@ Two runtimes read the same ONNX file: ONNX Runtime (CUDA first when asked and av
 output bound to the device) and OpenVINO on the CPU, which runs bf16 and int8 bundles several times faster than
 ONNX Runtime runs fp32 on CPUs with AVX512-BF16/VNNI (BENCHMARKS.md, Encoder). A bundle names the runtime it was
 measured with (`encoder.backend`); MS_ENCODER_BACKEND overrides it.
+
+A bundle may carry its graph in fp32 and int8 (`encoder.reduced`); `choose_precision` picks one at start-up from the
+CPU's instructions and the int8 graph's measured neighbour overlap, and MS_ENCODER_PRECISION forces either.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import importlib.util
 import logging
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +25,7 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from metricsearch.core import second_order
-from metricsearch.core.bundle import Bundle
+from metricsearch.core.bundle import MIN_NEIGHBOUR_OVERLAP, Bundle, check_agreement
 from metricsearch.core.errors import BundleError
 from metricsearch.core.scoring import normalize_rows
 from metricsearch.core.spans import span
@@ -32,6 +36,71 @@ BULK_BATCH_TOKENS = 384
 """Padded tokens in one bulk encoder call on a CPU. Small calls keep their activations in cache: all-MiniLM-L6-v2 on
 the Buy catalog, one thread, took 6.2 CPU-s for 1,092 items at 256-512 tokens, 7.9 at 1,024, 10.4 in batches of 64
 texts. A GPU wants large calls: there only the batch size bounds them."""
+
+
+INT8_CPU_FLAGS = frozenset({"avx512_vnni", "amx_int8"})
+"""Instructions that make an int8 graph faster than fp32 (OpenVINO, all-MiniLM-L6-v2: 2.74x with AVX-512 VNNI); on a
+CPU with AVX2 alone int8 is slower (BENCHMARKS.md, Encoder). AVX-VNNI (256-bit) is left out: not measured."""
+
+
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The CPU's feature flags as Linux lists them (the first processor's); none where the file is missing (another
+    OS), which keeps the encoder in fp32."""
+    try:
+        with cpuinfo.open() as lines:
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The precision an encoder runs and why, as the start-up log gives it."""
+
+    precision: str
+    reason: str
+
+
+def choose_precision(
+    requested: str,
+    carried: Mapping[str, float | None],
+    flags: frozenset[str],
+    min_overlap: float,
+    *,
+    gpu: bool = False,
+    int8_runtime: bool = True,
+) -> PrecisionChoice:
+    """The precision to serve: `requested` when forced ('fp32', 'int8'), else ('auto') int8 where the bundle carries
+    it with a neighbour overlap of at least `min_overlap` (`carried`: precision -> overlap, the bundle's own encoder
+    first), the CPU has `INT8_CPU_FLAGS`, no GPU runs the encoder and int8's runtime (OpenVINO) is there; otherwise
+    the bundle's own encoder."""
+    own = next(iter(carried))
+    if requested != "auto":
+        if requested not in carried:
+            raise BundleError(
+                f"MS_ENCODER_PRECISION={requested}, but the bundle carries {', '.join(carried)}: re-export it with "
+                "`metricsearch export` (the packaged model gets int8 too) or set MS_ENCODER_PRECISION=auto"
+            )
+        return PrecisionChoice(requested, "MS_ENCODER_PRECISION")
+    if own == "int8" or "int8" not in carried:
+        return PrecisionChoice(own, "the bundle's only encoder" if len(carried) == 1 else "the bundle's own encoder")
+    overlap = carried["int8"] or 0.0
+    instructions = sorted(flags & INT8_CPU_FLAGS)
+    if not instructions:
+        reason = "no AVX-512 VNNI or AMX on this CPU, where int8 is slower than fp32"
+    elif gpu:
+        reason = "the encoder runs on a GPU"
+    elif not int8_runtime:
+        reason = "int8 runs fast on OpenVINO, which is not installed or not chosen (MS_ENCODER_BACKEND)"
+    elif overlap < min_overlap:
+        reason = f"int8 keeps {overlap:.3f} of fp32's top-10 neighbours, below MS_MIN_NEIGHBOUR_OVERLAP={min_overlap}"
+    else:
+        return PrecisionChoice("int8", f"{', '.join(instructions)} here; int8 keeps {overlap:.3f} of the neighbours")
+    return PrecisionChoice(own, reason)
 
 
 def choose_providers(requested: str) -> list[str]:
@@ -58,6 +127,13 @@ def choose_backend(bundle_backend: str, requested: str = "auto") -> str:
         raise BundleError("MS_ENCODER_BACKEND is openvino, which is not installed: pip install openvino")
     log.warning("the bundle is fastest on openvino, which is not installed: running it with onnxruntime (slower)")
     return "onnxruntime"
+
+
+def _runs_natively(bundle_backend: str, requested: str) -> bool:
+    """Whether `choose_backend` would run the bundle on its own backend, without falling back."""
+    if requested not in ("auto", bundle_backend):
+        return False
+    return bundle_backend == "onnxruntime" or importlib.util.find_spec(bundle_backend) is not None
 
 
 class _OnnxRuntime:
@@ -131,7 +207,9 @@ class Encoder:
     `encode` is for queries; `encode_bulk` (indexing) runs `bulk_workers` encoder calls at once, each on
     `intra_op_threads` threads: one call per core beat one call on every core in 6 of 7 alternating rounds of the Buy
     catalog through /index here (2 shared cores), and no spinning intra-op pool starves the event loop. While a
-    query is being encoded, bulk calls start only when no other bulk call runs, so the query has a core of its own."""
+    query is being encoded, bulk calls start only when no other bulk call runs, so the query has a core of its own.
+    `precision` 'auto' runs the precision `choose_precision` picks for this machine; 'fp32' or 'int8' forces one;
+    either is refused below `min_overlap` (check_agreement)."""
 
     def __init__(
         self,
@@ -140,7 +218,12 @@ class Encoder:
         intra_op_threads: int = 0,
         backend: str = "auto",
         bulk_workers: int = 1,
+        *,
+        precision: str = "auto",
+        min_overlap: float = MIN_NEIGHBOUR_OVERLAP,
     ) -> None:
+        self.bundle = bundle = self._in_chosen_precision(bundle, precision, min_overlap, providers, backend)
+        """The bundle with the encoder this one runs in place of its own."""
         manifest = bundle.manifest
         self.dim = manifest.encoder.dim
         self.max_length = manifest.max_seq_length
@@ -179,6 +262,40 @@ class Encoder:
         self._queries = 0  # query encodings in progress
         self._bulk_calls = 0  # bulk encoder calls in progress
         log.info("encoder loaded", extra={"runtime": self.runtime.description, "dim": self.dim})
+
+    def _in_chosen_precision(
+        self, bundle: Bundle, precision: str, min_overlap: float, providers: str, backend: str
+    ) -> Bundle:
+        spec = bundle.manifest.encoder
+        carried = spec.precisions
+        flags = cpu_flags() if len(carried) > 1 else frozenset()
+        int8 = next((r for r in spec.reduced if r.precision == "int8"), None)
+        choice = choose_precision(
+            precision,
+            carried,
+            flags,
+            min_overlap,
+            gpu=len(carried) > 1 and choose_providers(providers)[0] == "CUDAExecutionProvider",
+            int8_runtime=int8 is not None and _runs_natively(int8.backend, backend),
+        )
+        served = bundle.in_precision(choice.precision)
+        check_agreement(served, min_overlap)
+        self.choice = choice
+        log.info(
+            "encoder precision chosen",
+            extra={
+                "precision": choice.precision,
+                "reason": choice.reason,
+                "carried": carried,
+                "cpu_int8_instructions": sorted(flags & INT8_CPU_FLAGS),
+            },
+        )
+        return served
+
+    @property
+    def precision(self) -> str:
+        """The precision this encoder runs (self.choice says why)."""
+        return self.choice.precision
 
     @property
     def session(self) -> ort.InferenceSession:

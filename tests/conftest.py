@@ -28,7 +28,7 @@ def tiny_bundle(tmp_path_factory) -> Path:
 def real_bundle(tmp_path_factory) -> Path:
     from metricsearch.export.onnx_export import export_bundle
 
-    return export_bundle(None, tmp_path_factory.mktemp("real") / "bundle")
+    return export_bundle(None, tmp_path_factory.mktemp("real") / "bundle", int8=False)  # int8: tests/export
 
 
 @pytest.fixture

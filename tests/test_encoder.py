@@ -1,16 +1,22 @@
 """The encoder's batching: identical texts encoded once, batches of similar length, bulk calls spread over workers,
-all giving the vectors one-by-one encoding gives, in the caller's order."""
+all giving the vectors one-by-one encoding gives, in the caller's order; and the precision it runs, chosen from the
+CPU's instructions and the bundle's measured overlap, or forced."""
 
 from __future__ import annotations
 
+import logging
+import shutil
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from metricsearch.core.bundle import load_bundle
-from metricsearch.encoder import Encoder
+from metricsearch.core.bundle import Agreement, ReducedEncoder, load_bundle, write_manifest
+from metricsearch.core.errors import BundleError
+from metricsearch.encoder import Encoder, choose_precision, cpu_flags
+from metricsearch.service.config import Settings
 from tests.tiny_model import CORPUS
 
 # Very different lengths (one word to past the tiny model's 64-token truncation), shuffled, with repeats.
@@ -122,3 +128,100 @@ def test_a_small_bulk_call_is_not_queued_behind_a_running_load(encoder, monkeypa
     load.join(60)
     assert load_done.is_set()
     np.testing.assert_allclose(small, encoder.encode(["kettle", "mat"]), rtol=0, atol=1e-6)
+
+
+VNNI = frozenset({"avx2", "avx512f", "avx512_vnni"})
+AMX = frozenset({"avx2", "amx_tile", "amx_int8"})
+AVX2 = frozenset({"avx", "avx2", "fma"})
+BOTH = {"fp32": None, "int8": 0.961}
+
+
+def test_cpu_flags_come_from_the_flags_line(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: fpu avx2 avx512_vnni amx_int8\n"
+        "bugs\t\t: spectre_v1\n\nprocessor\t: 1\nflags\t\t: fpu\n"
+    )
+    assert cpu_flags(cpuinfo) == {"fpu", "avx2", "avx512_vnni", "amx_int8"}
+    assert cpu_flags(tmp_path / "missing") == frozenset()  # another OS: nothing known, fp32 kept
+    assert "flags" not in cpu_flags()  # this machine's, whatever it has
+
+
+@pytest.mark.parametrize(
+    ("carried", "flags", "options", "expected", "reason"),
+    [
+        (BOTH, VNNI, {}, "int8", "avx512_vnni"),
+        (BOTH, AMX, {}, "int8", "amx_int8"),
+        (BOTH, AVX2, {}, "fp32", "no AVX-512 VNNI or AMX"),
+        ({"fp32": None, "int8": 0.94}, VNNI, {}, "fp32", "0.940 of fp32's top-10 neighbours, below"),
+        (BOTH, VNNI, {"gpu": True}, "fp32", "GPU"),
+        (BOTH, VNNI, {"int8_runtime": False}, "fp32", "OpenVINO"),
+        ({"fp32": None}, VNNI, {}, "fp32", "only encoder"),
+        ({"int8": 0.96}, AVX2, {}, "int8", "only encoder"),  # an int8-only bundle runs as it is
+    ],
+)
+def test_auto_runs_int8_only_where_the_cpu_and_the_measured_overlap_allow(carried, flags, options, expected, reason):
+    choice = choose_precision("auto", carried, flags, 0.95, **options)
+    assert choice.precision == expected and reason in choice.reason
+
+
+@pytest.mark.parametrize(("requested", "flags"), [("fp32", VNNI), ("int8", AVX2)])
+def test_a_requested_precision_is_run_whatever_the_cpu(requested, flags):
+    assert choose_precision(requested, BOTH, flags, 0.95).precision == requested
+
+
+def test_a_requested_precision_the_bundle_lacks_is_refused():
+    with pytest.raises(BundleError, match=r"MS_ENCODER_PRECISION=int8.*carries fp32"):
+        choose_precision("int8", {"fp32": None}, VNNI, 0.95)
+
+
+def test_the_setting_takes_auto_fp32_or_int8(monkeypatch):
+    assert Settings().encoder_precision == "auto"
+    monkeypatch.setenv("MS_ENCODER_PRECISION", "int8")
+    assert Settings().encoder_precision == "int8"
+    monkeypatch.setenv("MS_ENCODER_PRECISION", "int4")
+    with pytest.raises(ValueError, match="encoder_precision"):
+        Settings()
+
+
+@pytest.fixture(scope="module")
+def two_precisions(tiny_bundle, tmp_path_factory) -> Path:
+    """The tiny bundle carrying its graph twice, the copy labelled int8 on ONNX Runtime: which file runs is what is
+    tested here (tests/export/test_quantize.py runs a real int8 graph)."""
+    folder = tmp_path_factory.mktemp("two") / "bundle"
+    shutil.copytree(tiny_bundle, folder)
+    shutil.copy(folder / "encoder.onnx", folder / "encoder-int8.onnx")
+    manifest = load_bundle(folder).manifest
+    agreement = Agreement(dataset="d", texts=20, mean_cosine=1, min_cosine=1, neighbour_overlap=0.96, backend="ort")
+    int8 = ReducedEncoder(file="encoder-int8.onnx", precision="int8", backend="onnxruntime", agreement=agreement)
+    write_manifest(
+        manifest.model_copy(update={"encoder": manifest.encoder.model_copy(update={"reduced": [int8]})}), folder
+    )
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("flags", "requested", "floor", "expected"),
+    [
+        (VNNI, "auto", 0.95, "int8"),
+        (AVX2, "auto", 0.95, "fp32"),
+        (VNNI, "auto", 0.97, "fp32"),
+        (VNNI, "fp32", 0.95, "fp32"),
+        (AVX2, "int8", 0.95, "int8"),
+    ],
+)
+def test_the_encoder_runs_the_chosen_precision_and_logs_why(
+    two_precisions, monkeypatch, caplog, flags, requested, floor, expected
+):
+    monkeypatch.setattr("metricsearch.encoder.cpu_flags", lambda: flags)
+    with caplog.at_level(logging.INFO, logger="metricsearch.encoder"):
+        encoder = Encoder(load_bundle(two_precisions), precision=requested, min_overlap=floor)
+    assert encoder.precision == expected
+    assert encoder.bundle.encoder_path.name == ("encoder-int8.onnx" if expected == "int8" else "encoder.onnx")
+    (record,) = [r for r in caplog.records if r.getMessage() == "encoder precision chosen"]
+    assert record.precision == expected and record.reason and record.carried == {"fp32": None, "int8": 0.96}
+
+
+def test_forcing_int8_below_the_floor_is_refused(two_precisions):
+    with pytest.raises(BundleError, match=r"0\.960 of fp32.*MS_MIN_NEIGHBOUR_OVERLAP=0\.97"):
+        Encoder(load_bundle(two_precisions), precision="int8", min_overlap=0.97)

@@ -76,6 +76,7 @@ def export_bundle(
     catalog: Path | None = None,
     lexical: bool = True,
     fusion: FusionSpec | None = None,
+    int8: bool | None = None,
 ) -> Path:
     """Export `model_dir` (default: the packaged all-MiniLM-L6-v2) as a bundle in `out_dir`; return `out_dir`.
 
@@ -94,10 +95,19 @@ def export_bundle(
     chooses its weights on a catalog.
     `precision` other than fp32 rewrites the graph (export/quantize.py: int8, bf16, fp16) and records its measured
     agreement with fp32 on `catalog`'s texts in the manifest.
+    `int8` writes an int8 graph beside the fp32 one, calibrated on `catalog` (or generic product listings) with its
+    measured agreement, for the service to run where the CPU makes it faster; by default the packaged model gets it
+    (its quality measured in BENCHMARKS.md, Encoder), another model not.
     """
     started = time.perf_counter()
     out_dir = Path(out_dir)
     quantize = _quantize_module(precision, catalog)
+    packaged = model_dir is None
+    int8 = packaged and precision == "fp32" and pooling == "mean" if int8 is None else int8
+    if int8 and precision != "fp32":
+        raise ExportError(f"an int8 encoder is added beside an fp32 one, not beside {precision}")
+    if int8 and catalog is not None and not Path(catalog).is_file():
+        raise ExportError(f"--catalog {catalog}: no such file")
     tokens = pooling != "mean"
     metric = metric or default_metric(pooling)
     problem = pooling_metric_problem(pooling, metric)
@@ -106,7 +116,6 @@ def export_bundle(
     if rank_k is not None and not tokens:
         raise ExportError("--rank-k applies to pooling 'cov' (truncation) and 'svd', not to mean pooling")
     check_bundle_target(out_dir, overwrite)
-    packaged = model_dir is None
     if packaged:
         model_dir = packaged_model_dir()
     model_dir = Path(model_dir)
@@ -166,6 +175,10 @@ def export_bundle(
         write_manifest(manifest, staging)
         if quantize is not None:
             write_manifest(quantize.reduce_precision(load_bundle(staging), precision, catalog), staging)
+        elif int8:
+            from metricsearch.export.quantize import add_int8
+
+            write_manifest(add_int8(load_bundle(staging), catalog), staging)
         load_bundle(staging)
         _move_into_place(staging, out_dir)
     except BaseException:
@@ -174,13 +187,14 @@ def export_bundle(
 
     size_mb = (out_dir / ENCODER_FILE).stat().st_size / 1e6
     log.info(
-        "exported bundle %s to %s: dim %d, max_seq_length %d, inputs %s, %.1f MB, %.1f s",
+        "exported bundle %s to %s: dim %d, max_seq_length %d, inputs %s, %.1f MB, precisions %s, %.1f s",
         manifest.name,
         out_dir,
         manifest.encoder.dim,
         seq_len,
         ",".join(manifest.encoder.inputs),
         size_mb,
+        load_bundle(out_dir).manifest.encoder.precisions,
         time.perf_counter() - started,
     )
     return out_dir

@@ -9,12 +9,14 @@
 
 The export measures the result on the catalog with the service's own `Encoder` (the runtime that will serve it)
 and records mean cosine and top-10 neighbour overlap with fp32 in the manifest (`encoder.agreement`); the service
-refuses a bundle below MS_MIN_NEIGHBOUR_OVERLAP.
+refuses a bundle below MS_MIN_NEIGHBOUR_OVERLAP. `add_int8` keeps the fp32 graph and writes the int8 one beside it
+(`encoder.reduced`), for the service to choose at start-up.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Sequence
 from itertools import chain
 from pathlib import Path
@@ -23,10 +25,11 @@ import numpy as np
 import onnx
 from tqdm import tqdm
 
-from metricsearch.core.bundle import Agreement, Bundle, Manifest
+from metricsearch.core.bundle import Agreement, Bundle, EncoderSpec, Manifest, ReducedEncoder
 from metricsearch.core.errors import ExportError
 from metricsearch.core.readers import read_catalog
 from metricsearch.encoder import Encoder
+from metricsearch.export import calibration
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,8 @@ CALIBRATION_TEXTS = 320  # about NNCF's default subset of 300 samples
 MEASURED_TEXTS = 5000  # per field: the neighbour search is all-pairs
 NEIGHBOURS = 10
 SEED = 0
+INT8_FILE = "encoder-int8.onnx"
+LISTINGS = "generic product listings"
 
 
 def catalog_texts(path: Path, limit: int = MEASURED_TEXTS) -> list[list[str]]:
@@ -66,25 +71,47 @@ def reduce_precision(fp32: Bundle, precision: str, catalog: Path | None) -> Mani
     groups = catalog_texts(catalog) if catalog is not None else None
     source = fp32.encoder_path
     target = source.with_name(f"{source.stem}-{precision}.onnx") if precision in ("int8", "fp16") else source
+    spec, agreement = _reduce(fp32, precision, target, groups, catalog.name if catalog else "")
+    if target != source:
+        target.replace(source)
+    return fp32.manifest.model_copy(
+        update={"encoder": spec.model_copy(update={"file": source.name, "agreement": agreement})}
+    )
+
+
+def add_int8(fp32: Bundle, catalog: Path | None) -> Manifest:
+    """The fp32 bundle's manifest with an int8 graph written beside its own (`encoder.reduced`), calibrated on
+    `catalog`'s texts and measured against fp32 on them; without a catalog, on generic product listings
+    (export/calibration.py)."""
+    with tempfile.TemporaryDirectory(prefix="calibration-") as folder:
+        source = catalog or calibration.write(Path(folder) / "listings.jsonl")
+        _, agreement = _reduce(
+            fp32, "int8", fp32.path / INT8_FILE, catalog_texts(source), catalog.name if catalog else LISTINGS
+        )
+    int8 = ReducedEncoder(file=INT8_FILE, precision="int8", backend=BACKENDS["int8"], agreement=agreement)
+    return fp32.manifest.model_copy(update={"encoder": fp32.manifest.encoder.model_copy(update={"reduced": [int8]})})
+
+
+def _reduce(
+    fp32: Bundle, precision: str, target: Path, groups: list[list[str]] | None, dataset: str
+) -> tuple[EncoderSpec, Agreement | None]:
+    """Write the `precision` graph of `fp32`'s to `target` (bf16: none, OpenVINO runs the fp32 graph); return its
+    encoder spec and its agreement with fp32 on `groups` (None without texts)."""
+    reference = Encoder(fp32, "CPUExecutionProvider", precision="fp32")
     if precision == "int8":
-        quantize_int8(source, target, calibration_feeds(Encoder(fp32, "CPUExecutionProvider"), groups))
+        quantize_int8(fp32.encoder_path, target, calibration_feeds(reference, groups))
     elif precision == "fp16":
-        to_fp16(source, target)
+        to_fp16(fp32.encoder_path, target)
     spec = fp32.manifest.encoder.model_copy(
         update={"file": target.name, "precision": precision, "backend": BACKENDS[precision]}
     )
+    if groups is None:
+        return spec, None
+    # Unmeasured until now: any overlap may run, so the floor is 0 here.
     reduced = Bundle(fp32.path, fp32.manifest.model_copy(update={"encoder": spec}))
-    agreement = None
-    if groups is not None:
-        agreement = measure_agreement(
-            Encoder(fp32, "CPUExecutionProvider"), Encoder(reduced, "CPUExecutionProvider"), groups, catalog.name
-        )
-        log.info("%s agrees with fp32 on %s: %s", precision, catalog.name, agreement.model_dump())
-    if target != source:
-        target.replace(source)
-    return reduced.manifest.model_copy(
-        update={"encoder": spec.model_copy(update={"file": source.name, "agreement": agreement})}
-    )
+    agreement = measure_agreement(reference, Encoder(reduced, "CPUExecutionProvider", min_overlap=0), groups, dataset)
+    log.info("%s agrees with fp32 on %s: %s", precision, dataset, agreement.model_dump())
+    return spec, agreement
 
 
 def calibration_feeds(encoder: Encoder, groups: Sequence[Sequence[str]], batch_size: int = 16) -> list[dict]:

@@ -1,4 +1,5 @@
-"""Manifest validation: a bad bundle is refused at load with a message naming the file and the fix."""
+"""Manifest validation: a bad bundle is refused at load with a message naming the file and the fix; a bundle carrying
+fp32 and int8 round-trips, and a version-1 bundle (one encoder) still loads."""
 
 from __future__ import annotations
 
@@ -8,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from metricsearch.core.bundle import load_bundle
+from metricsearch.core.bundle import Agreement, ReducedEncoder, load_bundle, write_manifest
 from metricsearch.core.errors import BundleError
+
+AGREEMENT = Agreement(
+    dataset="listings", texts=760, mean_cosine=0.995, min_cosine=0.97, neighbour_overlap=0.958, backend="openvino CPU"
+)
 
 
 def _copy(bundle: Path, tmp_path: Path) -> Path:
@@ -25,16 +30,80 @@ def _edit(bundle: Path, **changes) -> None:
     manifest_path.write_text(json.dumps(data))
 
 
+def _with_int8(bundle: Path, tmp_path: Path) -> Path:
+    """A copy of an fp32 bundle carrying a second graph as int8 (the same bytes: only the manifest is tested here)."""
+    target = _copy(bundle, tmp_path)
+    shutil.copy(target / "encoder.onnx", target / "encoder-int8.onnx")
+    manifest = load_bundle(target).manifest
+    int8 = ReducedEncoder(file="encoder-int8.onnx", precision="int8", backend="openvino", agreement=AGREEMENT)
+    write_manifest(
+        manifest.model_copy(update={"encoder": manifest.encoder.model_copy(update={"reduced": [int8]})}), target
+    )
+    return target
+
+
 def test_valid_bundle_loads(tiny_bundle):
     bundle = load_bundle(tiny_bundle)
     assert bundle.manifest.schema_version == 1
     assert bundle.encoder_path.is_file()
 
 
+def test_a_one_encoder_bundle_is_written_as_version_1_which_older_services_read(tiny_bundle):
+    written = json.loads((tiny_bundle / "bundle.json").read_text())
+    assert written["schema_version"] == 1 and "reduced" not in written["encoder"]
+
+
+def test_a_bundle_with_fp32_and_int8_round_trips(tiny_bundle, tmp_path):
+    bundle = load_bundle(_with_int8(tiny_bundle, tmp_path))
+    encoder = bundle.manifest.encoder
+    assert bundle.manifest.schema_version == 2
+    assert encoder.precisions == {"fp32": None, "int8": 0.958}
+    assert encoder.reduced[0].agreement == AGREEMENT
+    int8 = bundle.in_precision("int8")
+    assert int8.encoder_path == bundle.path / "encoder-int8.onnx"
+    assert (int8.manifest.encoder.precision, int8.manifest.encoder.backend) == ("int8", "openvino")
+    assert int8.manifest.encoder.agreement == AGREEMENT and int8.manifest.encoder.dim == encoder.dim
+    assert bundle.in_precision("fp32") is bundle
+    with pytest.raises(BundleError, match="carries no bf16 encoder"):
+        bundle.in_precision("bf16")
+
+
+def test_an_older_one_encoder_bundle_still_loads(tiny_bundle, tmp_path):
+    """A version-1 manifest as exports wrote it before bundles carried two encoders (no `reduced` key)."""
+    bundle = _copy(tiny_bundle, tmp_path)
+    data = json.loads((bundle / "bundle.json").read_text())
+    data["encoder"] = {k: data["encoder"][k] for k in ("file", "inputs", "output", "output_kind", "dim")} | {
+        "precision": "fp32",
+        "backend": "onnxruntime",
+        "agreement": None,
+    }
+    (bundle / "bundle.json").write_text(json.dumps(data | {"schema_version": 1}))
+    loaded = load_bundle(bundle)
+    assert loaded.manifest.encoder.precisions == {"fp32": None} and loaded.in_precision("fp32") is loaded
+
+
+def test_reduced_encoders_need_version_2_an_fp32_encoder_and_their_file(tiny_bundle, tmp_path):
+    both = _with_int8(tiny_bundle, tmp_path)
+    _edit(both, schema_version=1)
+    with pytest.raises(BundleError, match=r"encoder\.reduced needs schema_version 2"):
+        load_bundle(both)
+    _edit(
+        both,
+        schema_version=2,
+        encoder=json.loads((both / "bundle.json").read_text())["encoder"] | {"precision": "bf16"},
+    )
+    with pytest.raises(BundleError, match="made from an fp32 encoder"):
+        load_bundle(both)
+    _edit(both, encoder=json.loads((both / "bundle.json").read_text())["encoder"] | {"precision": "fp32"})
+    (both / "encoder-int8.onnx").unlink()
+    with pytest.raises(BundleError, match=r"encoder-int8\.onnx.*missing"):
+        load_bundle(both)
+
+
 def test_other_schema_version_is_refused_naming_both(tiny_bundle, tmp_path):
     bundle = _copy(tiny_bundle, tmp_path)
-    _edit(bundle, schema_version=2)
-    with pytest.raises(BundleError, match=r"schema_version 2.*reads version 1"):
+    _edit(bundle, schema_version=3)
+    with pytest.raises(BundleError, match=r"schema_version 3.*reads versions 1 and 2"):
         load_bundle(bundle)
 
 

@@ -259,3 +259,16 @@ def test_real_model_manifest(real_bundle):
     assert manifest.max_seq_length == 256
     assert manifest.provenance.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     assert Tokenizer.from_file(str(real_bundle / "tokenizer.json")).truncation["max_length"] == 256
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the int8 graph is calibrated and measured: a minute alone, several on a shared machine
+def test_default_export_carries_int8_beside_fp32(tmp_path):
+    """`make bundle`: the packaged model gets an int8 graph calibrated on generic listings, its overlap recorded."""
+    bundle = load_bundle(export_bundle(None, tmp_path / "bundle"))
+    encoder = bundle.manifest.encoder
+    assert (bundle.manifest.schema_version, encoder.precision) == (2, "fp32")
+    assert [(r.precision, r.file) for r in encoder.reduced] == [("int8", "encoder-int8.onnx")]
+    agreement = encoder.reduced[0].agreement
+    assert agreement.dataset == "generic product listings" and agreement.texts > 700
+    assert agreement.neighbour_overlap > 0.9 and agreement.mean_cosine > 0.99

@@ -1,5 +1,6 @@
 """Reduced-precision export: int8/bf16/fp16 bundles record their measured agreement with fp32, load in the service,
-and a bundle below MS_MIN_NEIGHBOUR_OVERLAP is refused; ONNX Runtime runs on the CPU when no GPU is there."""
+and a bundle below MS_MIN_NEIGHBOUR_OVERLAP is refused; a bundle may carry fp32 and int8 side by side, which give
+near neighbours; ONNX Runtime runs on the CPU when no GPU is there."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from metricsearch.core.bundle import MANIFEST_FILE, check_agreement, load_bundle
 from metricsearch.core.errors import BundleError
 from metricsearch.encoder import Encoder, choose_backend, choose_providers
 from metricsearch.export.onnx_export import ExportError, export_bundle
-from metricsearch.export.quantize import neighbour_overlap
+from metricsearch.export.quantize import INT8_FILE, LISTINGS, neighbour_overlap
 from tests.tiny_model import CORPUS, build_tiny_model
 
 
@@ -44,8 +45,45 @@ def int8_bundle(tiny_model, catalog, tmp_path_factory) -> Path:
     return export_bundle(tiny_model, tmp_path_factory.mktemp("int8") / "bundle", precision="int8", catalog=catalog)
 
 
-def _ops(bundle: Path) -> set[str]:
-    return {n.op_type for n in onnx.load(str(load_bundle(bundle).encoder_path)).graph.node}
+@pytest.fixture(scope="module")
+def fp32_and_int8(tiny_model, tmp_path_factory) -> Path:
+    """What the default export writes: int8 beside fp32, calibrated and measured on generic listings."""
+    return export_bundle(tiny_model, tmp_path_factory.mktemp("both") / "bundle", int8=True)
+
+
+def _ops(bundle: Path, file: str | None = None) -> set[str]:
+    return {n.op_type for n in onnx.load(str(bundle / (file or load_bundle(bundle).manifest.encoder.file))).graph.node}
+
+
+def test_fp32_export_with_int8_beside_it(fp32_and_int8):
+    bundle = load_bundle(fp32_and_int8)
+    encoder = bundle.manifest.encoder
+    assert (bundle.manifest.schema_version, encoder.precision, encoder.agreement) == (2, "fp32", None)
+    (int8,) = encoder.reduced
+    assert (int8.file, int8.precision, int8.backend) == (INT8_FILE, "int8", "openvino")
+    assert {"QuantizeLinear", "DequantizeLinear"} <= _ops(fp32_and_int8, INT8_FILE)
+    assert "QuantizeLinear" not in _ops(fp32_and_int8)
+    assert int8.agreement.dataset == LISTINGS and int8.agreement.texts > 700
+    assert sorted(p.name for p in fp32_and_int8.iterdir()) == [
+        "bundle.json",
+        "encoder-int8.onnx",
+        "encoder.onnx",
+        "tokenizer.json",
+    ]
+
+
+def test_int8_and_fp32_of_one_bundle_give_near_neighbours(fp32_and_int8):
+    bundle = load_bundle(fp32_and_int8)
+    fp32 = Encoder(bundle, precision="fp32").encode(CORPUS)
+    int8 = Encoder(bundle, precision="int8", min_overlap=0).encode(CORPUS)
+    assert np.sum(fp32 * int8, axis=1).min() > 0.99
+    assert neighbour_overlap(fp32, int8, k=5).mean() >= 0.8
+
+
+def test_only_the_packaged_model_gets_int8_by_default(tiny_model, tiny_bundle, tmp_path):
+    assert load_bundle(tiny_bundle).manifest.encoder.reduced == []
+    with pytest.raises(ExportError, match="beside an fp32 one"):
+        export_bundle(tiny_model, tmp_path / "a", precision="fp16", int8=True)
 
 
 def test_int8_export_is_quantized_and_records_its_agreement(int8_bundle, catalog):
