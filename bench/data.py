@@ -49,6 +49,31 @@ def walmart_amazon() -> tuple[list[Product], list[Product], dict[str, set[str]]]
 CATALOG_PAIRS = {"Abt-Buy": abt_buy, "Walmart-Amazon": walmart_amazon}
 
 
+def wine_items(limit: int) -> list[dict]:
+    """Up to `limit` wine reviews as /index items (real texts for text queries and indexing)."""
+    items = []
+    with (DATA / "wine_reviews_kaggle_130k_head/winemag-data-130k-v2.csv").open(newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row.get("title") and row.get("description"):
+                items.append({"id": f"w{row['id']}", "title": row["title"], "description": row["description"]})
+            if len(items) >= limit:
+                break
+    return items
+
+
+def sts_test(folder: Path) -> Path:
+    """STS-benchmark's test pairs as a `pairs` task file (text_a, text_b, score) in `folder`."""
+    path = folder / "sts-test.csv"
+    with (DATA / "stsbenchmark/sts-test.csv").open(encoding="utf-8") as f, path.open("w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(["text_a", "text_b", "score"])
+        for line in f:
+            cells = line.rstrip("\n").split("\t")
+            if len(cells) >= 7:
+                writer.writerow([cells[5], cells[6], cells[4]])
+    return path
+
+
 def write_catalog_match(left: list[Product], right: list[Product], gold: dict[str, set[str]], folder: Path) -> Path:
     """A `catalog-match` folder (docs/evaluation.md): left.csv, right.csv, gold.csv."""
     folder.mkdir(parents=True, exist_ok=True)

