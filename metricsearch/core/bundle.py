@@ -19,8 +19,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from metricsearch.core.errors import BundleError, ExportError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Version 2 added `encoder.reduced` (a bundle carrying more than one precision); a version-1 manifest is the same
+without it, so it still loads, and a bundle that carries one precision is written as version 1, which an older
+service reads too."""
 MANIFEST_FILE = "bundle.json"
+MIN_NEIGHBOUR_OVERLAP = 0.95
+"""The lowest top-10 neighbour overlap with fp32 a reduced-precision encoder is served at unless the service is told
+otherwise (MS_MIN_NEIGHBOUR_OVERLAP)."""
 
 FieldName = Literal["title", "description"]
 Pooling = Literal["mean", "cov", "svd"]
@@ -69,6 +76,16 @@ class Agreement(_Strict):
     backend: str = Field(description="the runtime that produced the reduced-precision vectors")
 
 
+class ReducedEncoder(_Strict):
+    """Another precision of the bundle's graph in a file of its own: same inputs, output and width as `encoder`,
+    with its agreement measured, so the service can run it instead where the CPU makes it faster."""
+
+    file: str
+    precision: Literal["int8"]
+    backend: Literal["onnxruntime", "openvino"] = Field(description="the runtime it is fastest on")
+    agreement: Agreement = Field(description="measured agreement with the encoder it was made from")
+
+
 class EncoderSpec(_Strict):
     """The ONNX graph: which file, what it takes and what it returns."""
 
@@ -87,6 +104,38 @@ class EncoderSpec(_Strict):
         "onnxruntime", description="the runtime the encoder was measured with and is fastest on"
     )
     agreement: Agreement | None = Field(None, description="measured agreement with fp32; none for an fp32 bundle")
+    reduced: list[ReducedEncoder] = Field(
+        default_factory=list,
+        description="the same graph in other precisions (an fp32 encoder only); the service chooses one at start-up",
+    )
+
+    @model_validator(mode="after")
+    def _reduced_from_fp32(self) -> EncoderSpec:
+        if self.reduced and self.precision != "fp32":
+            raise ValueError("reduced encoders are made from an fp32 encoder; this one is " + self.precision)
+        precisions = [r.precision for r in self.reduced]
+        if len(set(precisions)) != len(precisions) or any(r.file == self.file for r in self.reduced):
+            raise ValueError("each reduced encoder needs a precision and a file of its own")
+        return self
+
+    @property
+    def precisions(self) -> dict[str, float | None]:
+        """Each precision the bundle carries -> its measured top-10 neighbour overlap with fp32 (None: unmeasured or
+        fp32 itself); the bundle's own encoder first."""
+        own = None if self.agreement is None else self.agreement.neighbour_overlap
+        return {self.precision: own} | {r.precision: r.agreement.neighbour_overlap for r in self.reduced}
+
+    def in_precision(self, precision: str) -> EncoderSpec:
+        """This spec with the encoder of `precision` in place of its own (itself for its own precision)."""
+        if precision == self.precision:
+            return self
+        reduced = next((r for r in self.reduced if r.precision == precision), None)
+        if reduced is None:
+            raise BundleError(
+                f"the bundle carries no {precision} encoder (it has {', '.join(self.precisions)}): re-export it with "
+                "`metricsearch export`, which adds int8 to the packaged model, or choose another precision"
+            )
+        return self.model_copy(update=dict(reduced) | {"reduced": []})
 
 
 class FieldSpec(_Strict):
@@ -152,9 +201,9 @@ class Provenance(_Strict):
 
 
 class Manifest(_Strict):
-    """`bundle.json`, schema version 1 (docs/bundle.md)."""
+    """`bundle.json`, schema version 2 (docs/bundle.md); version 1 reads as the same without `encoder.reduced`."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     encoder: EncoderSpec
     tokenizer: str = "tokenizer.json"
@@ -199,6 +248,8 @@ class Manifest(_Strict):
             ("description", True),
         ]:
             raise ValueError("metric 'recobert' needs the fields title and description, both with weight > 0")
+        if self.schema_version == 1 and self.encoder.reduced:
+            raise ValueError("encoder.reduced needs schema_version 2")
         if (self.pooling == "mean") != (self.encoder.output_kind == "pooled"):
             raise ValueError(
                 "pooling 'mean' goes with encoder output_kind 'pooled', second-order pooling ('cov', 'svd') with "
@@ -226,6 +277,17 @@ class Bundle:
     def tokenizer_path(self) -> Path:
         return self.path / self.manifest.tokenizer
 
+    def in_precision(self, precision: str) -> Bundle:
+        """The bundle with its `precision` encoder in place of its own, for the encoder to load. Stores keep the
+        loaded bundle's identity (its own encoder's bytes), so one store serves either precision: their vectors
+        differ less than the neighbour overlap recorded says."""
+        spec = self.manifest.encoder.in_precision(precision)
+        return (
+            self
+            if spec is self.manifest.encoder
+            else Bundle(self.path, self.manifest.model_copy(update={"encoder": spec}))
+        )
+
     @cached_property
     def identity(self) -> str:
         """What a store's vectors depend on: the bundle name, the encoder's bytes and the field weights. A store
@@ -252,10 +314,11 @@ def load_bundle(path: Path) -> Bundle:
     if not isinstance(raw, dict):
         raise BundleError(f"{manifest_path} must hold a JSON object")
     version = raw.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise BundleError(
-            f"{manifest_path} has schema_version {version!r}; this service reads version {SCHEMA_VERSION}: "
-            "re-export the bundle with this version's `metricsearch export`"
+            f"{manifest_path} has schema_version {version!r}; this service reads versions "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}: re-export the bundle with this version's "
+            "`metricsearch export`"
         )
     try:
         manifest = Manifest.model_validate(raw)
@@ -263,7 +326,8 @@ def load_bundle(path: Path) -> Bundle:
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}" for e in exc.errors())
         raise BundleError(f"{manifest_path} is invalid: {problems}") from exc
     bundle = Bundle(path=Path(path), manifest=manifest)
-    for needed in (bundle.encoder_path, bundle.tokenizer_path):
+    reduced = [bundle.path / r.file for r in manifest.encoder.reduced]
+    for needed in (bundle.encoder_path, bundle.tokenizer_path, *reduced):
         if not needed.is_file():
             raise BundleError(f"{manifest_path} names {needed.name}, which is missing from {path}")
     return bundle
@@ -299,7 +363,12 @@ def check_bundle_target(folder: Path, overwrite: bool) -> None:
 
 
 def write_manifest(manifest: Manifest, folder: Path) -> Path:
-    """Write `bundle.json` (used by export/); the one serialisation of the schema."""
+    """Write `bundle.json` (used by export/); the one serialisation of the schema, in the lowest version that holds
+    the manifest."""
+    version = SCHEMA_VERSION if manifest.encoder.reduced else 1
+    written = manifest.model_copy(update={"schema_version": version})
     target = Path(folder) / MANIFEST_FILE
-    target.write_text(manifest.model_dump_json(indent=2) + "\n")
+    target.write_text(
+        written.model_dump_json(indent=2, exclude=None if version > 1 else {"encoder": {"reduced"}}) + "\n"
+    )
     return target
