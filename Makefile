@@ -9,7 +9,7 @@ URL ?= http://127.0.0.1:8000
 # make test runs test files on this many workers (pytest-xdist); each file stays on one worker, its fixtures with it.
 TEST_WORKERS ?= 2
 
-.PHONY: serve test lint format bench bundle clean loadtest soak
+.PHONY: serve test lint format bench bundle clean loadtest soak image
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,9 +34,20 @@ bundle: $(BUNDLE)/bundle.json
 serve: $(VENV)/.serve-installed $(BUNDLE)/bundle.json
 	MALLOC_ARENA_MAX=$${MALLOC_ARENA_MAX:-2} $(BIN)/metricsearch serve
 
-test: $(VENV)/.dev-installed
+# The cpu and loadtest images, built with no network on the repository's own Docker engine (Debian's docker.io, its
+# state under var/docker/; docker/engine.sh installs and starts it), tagged by a hash of their inputs: a second run
+# takes seconds.
+image: $(VENV)/.dev-installed $(BUNDLE)/bundle.json
+	docker/engine.sh install
+	docker/engine.sh start
+	BUNDLE=$(BUNDLE) docker/build.sh
+
+# The container tests (tests/deploy/test_container.py) need the image: when the engine cannot be installed or
+# started here, they skip with the reason and the rest still runs.
+test: $(VENV)/.dev-installed $(BUNDLE)/bundle.json | /usr/bin/wrk
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	-$(MAKE) --no-print-directory image
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(VENV)/.dev-installed
@@ -47,8 +58,31 @@ format: $(VENV)/.dev-installed
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-bench: $(VENV)/.dev-installed $(BUNDLE)/bundle.json
-	$(BIN)/python -m bench.service_bench
+# wrk drives the latency benchmark and its smoke test (Debian's package); where apt cannot install it, that smoke
+# test skips and says so.
+/usr/bin/wrk:
+	-DEBIAN_FRONTEND=noninteractive apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+		--no-install-recommends wrk
+
+# `bench` regenerates both reports (hours on 2 cores: 100k items, txtai, the trained recipe, a 30-minute soak);
+# `bench-quick` the BENCHMARKS.md sections that take minutes (10k items, the plain stack as the only peer, a small
+# rollout). The latency bench needs wrk.
+.PHONY: bench-quick
+bench-quick: $(VENV)/.dev-installed $(BUNDLE)/bundle.json | /usr/bin/wrk
+	$(BIN)/python -m bench.latency --items 10000 --seconds 4 --peers plain
+	$(BIN)/python -m bench.indexing --rounds 2 --peers --durability-s 2
+	$(BIN)/python -m bench.profile --items 10000 --seconds 4
+	$(BIN)/python -m bench.rollout --items 2000 --before 300 --after 300 --phase-s 5
+
+bench: $(VENV)/.dev-installed $(BUNDLE)/bundle.json | /usr/bin/wrk
+	$(BIN)/python -m bench.latency
+	$(BIN)/python -m bench.profile
+	$(BIN)/python -m bench.indexing
+	$(BIN)/python -m bench.memory
+	$(BIN)/python -m bench.encoder
+	$(BIN)/python -m bench.quality --trained
+	$(BIN)/python -m bench.rollout
+	$(BIN)/python -m loadtests.soak --duration 30m --bundle $(BUNDLE)
 
 # Locust storefront mix against a running service, headless and bounded; reports in loadtests/reports/.
 USERS ?= 16

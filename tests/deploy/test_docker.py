@@ -39,14 +39,16 @@ def test_service_targets_run_as_non_root_with_a_healthcheck_and_no_torch():
 
 
 def test_cpu_and_gpu_targets_install_their_extras_on_their_bases():
-    assert "[service]" in stages()["cpu-venv"]
+    # The cpu venv: the `service` extra's dependencies read from pyproject.toml, then the package with no deps.
+    assert "['optional-dependencies']['service']" in stages()["cpu-deps"] and "train" not in stages()["cpu-deps"]
+    assert "--no-deps" in stages()["cpu-app"]
     gpu = stages()["gpu-venv"]
     assert "[service,gpu]" in gpu and "pip uninstall -y onnxruntime" in gpu
     assert re.search(r"^ARG CUDA_IMAGE=nvidia/cuda:\S+-cudnn-runtime-", DOCKERFILE, re.MULTILINE)
     assert re.search(r"^FROM \$\{CUDA_IMAGE\} AS gpu-python", DOCKERFILE, re.MULTILINE)
     # The bundle is baked in by the `cpu`/`gpu` targets only, from a build argument.
     assert "COPY --chown=root:root ${BUNDLE} /bundle" in stages()["cpu"] + stages()["gpu"]
-    assert "/bundle" not in stages()["cpu-venv"] + stages()["gpu-venv"]
+    assert "/bundle" not in stages()["cpu-deps"] + stages()["cpu-venv"] + stages()["gpu-venv"]
 
 
 def ignored(path: str, patterns: list[str]) -> bool:

@@ -20,20 +20,20 @@ import pytest
 from tests.deploy.manifests import OFFLINE_PARTS, ROOT
 
 CHECK = """
-import importlib.util, json, sys
-from metricsearch.core.records import Item
-from metricsearch.service.config import Settings
-from metricsearch.service.runtime import build_runtime
-import metricsearch.service.api.app, metricsearch.cli
+import importlib.util, json, os, sys
+os.environ.update(MS_BUNDLE_DIR=sys.argv[1], MS_DATA_DIR=sys.argv[2])
+from fastapi.testclient import TestClient
+from metricsearch.service.api.app import app_from_environment
+import metricsearch.cli
 
-runtime = build_runtime(Settings(bundle_dir=sys.argv[1], data_dir=sys.argv[2]))
-runtime.catalog.index([Item("a", "red cotton shirt", "soft", {}), Item("b", "blue linen shirt", "", {}),
-                       Item("c", "stainless kettle", "1.7 l", {})])
-similar = runtime.catalog.similar_to_item("a", 2, [], [])
-runtime.close()
+items = [{"id": "a", "title": "red cotton shirt", "description": "soft"}, {"id": "b", "title": "blue linen shirt"},
+         {"id": "c", "title": "stainless kettle", "description": "1.7 l"}]
+with TestClient(app_from_environment()) as client:
+    assert client.post("/index", json={"items": items}).status_code == 200
+    similar = client.post("/similar", json={"id": "a", "k": 2}).json()["results"]
 heavy = [m for m in ("torch", "transformers", "sentence_transformers", "metricsearch.trainer", "metricsearch.export")
          if m in sys.modules or importlib.util.find_spec(m) is not None]
-print(json.dumps({"similar": [m.id for m in similar], "heavy": heavy, "prefix": sys.prefix}))
+print(json.dumps({"similar": [r["id"] for r in similar], "heavy": heavy, "prefix": sys.prefix}))
 """
 
 
@@ -60,7 +60,9 @@ def test_wheel_with_the_service_extra_serves_without_torch(tmp_path, tiny_bundle
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv)
     python = venv / "bin" / "python"
-    wheelhouse = request.config.cache.mkdir("deploy-wheelhouse")
+    # pytest's cache keeps the wheelhouse between runs; without it (-p no:cacheprovider) the run fills its own.
+    cache = getattr(request.config, "cache", None)
+    wheelhouse = cache.mkdir("deploy-wheelhouse") if cache is not None else tmp_path / "wheelhouse"
     spec = f"{wheel}[service]"
     offline = [python, "-m", "pip", "install", "-q", "--no-index", "--find-links", wheelhouse, spec]
     done = subprocess.run([str(a) for a in offline], capture_output=True, text=True, timeout=300)
