@@ -9,6 +9,7 @@ pair: no evidence either way, and never a NaN that would sort anywhere."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -50,7 +51,7 @@ what `metricsearch export --fusion catalog` writes. They weigh lexical evidence 
 sentence similarity (STS-benchmark) at the encoder's figure for every use."""
 NAMED_FUSIONS = {"default": (DEFAULT_FUSION, DEFAULT_FUSION_RULE), "catalog": (CATALOG_FUSION, CATALOG_FUSION_RULE)}
 """The weightings `metricsearch export --fusion` names, with their rules."""
-TITLE_OF = {"description": "title", "lexical_description": "lexical_title"}
+TITLE_OF = {"description": "title", "lexical_description": "lexical_title", "ngrams_description": "ngrams_title"}
 
 
 @dataclass(frozen=True)
@@ -122,3 +123,123 @@ def _zscore_rows(components: Mapping[str, np.ndarray], stats: ComponentStats) ->
     # looks for infinities, which no score is.)
     np.copyto(z, 0.0, where=np.isnan(z))
     return names, z
+
+
+AGREEMENT_SAMPLE = 500
+"""Items whose nearest neighbours measure each component's agreement (the first by point id, as `stats_sample`)."""
+
+
+def neighbour_agreement(
+    z: Mapping[str, np.ndarray], own: Sequence[int], against: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, float]:
+    """Per component, how often its nearest neighbour of an item is the nearest under the other components together:
+    a field that names the same item as the rest of the evidence ranks on what items share (a product's model number,
+    a paper's title); one that names another (a description of authors and venue, shared by many papers) is noise.
+    `z`: each component's z-scores of sampled items (rows) against every item of the catalog (columns), NaN where
+    either side lacks the field (`standardized`, not `zscores`, which lends a missing description the title's);
+    `own`: each row's own column, left out. Measured over the rows where both the component and the others tell items
+    apart; one that tells none apart (an empty or constant field, a catalog of one item) agrees 0. In the others' sum
+    an unknown score is an average pair's 0, as in `fuse`. `against`: the components a component is compared with,
+    where not all the others."""
+    rows = np.arange(len(own))
+    scored = {}
+    for name, values in z.items():
+        values = np.array(values, dtype=np.float64)
+        values[rows, own] = np.nan
+        scored[name] = values
+    agreement = {}
+    for name, values in scored.items():
+        with np.errstate(invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a row without a score: not informative
+            informative = np.nanmax(values, axis=1, initial=-np.inf) > np.nanmin(values, axis=1, initial=np.inf)
+        others = [o for o in (against or {}).get(name, scored) if o != name and o in scored]
+        if not informative.any() or not others:
+            agreement[name] = 0.0
+            continue
+        rest = sum(np.nan_to_num(scored[other], nan=0.0) for other in others)
+        rest[rows, own] = np.nan
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            informative &= np.nanmax(rest, axis=1, initial=-np.inf) > np.nanmin(rest, axis=1, initial=np.inf)
+        if not informative.any():
+            agreement[name] = 0.0
+            continue
+        nearest = np.where(np.isnan(values), -np.inf, values).argmax(axis=1)
+        agreement[name] = float((nearest == np.where(np.isnan(rest), -np.inf, rest).argmax(axis=1))[informative].mean())
+    return agreement
+
+
+def standardized(components: Mapping[str, np.ndarray], stats: ComponentStats) -> dict[str, np.ndarray]:
+    """Each component as (value - mean) / std with the catalog's statistics, NaN left where a field is missing."""
+    return {
+        name: (np.asarray(values, dtype=np.float64) - stats.mean.get(name, 0.0)) / max(stats.std.get(name, 1.0), EPS)
+        for name, values in components.items()
+    }
+
+
+LEXICAL_COMPONENTS = ("lexical_title", "lexical_description", "lexical_text", "lexical_codes")
+
+
+@dataclass(frozen=True)
+class CatalogAgreement:
+    """What a catalog's own items say about its components (no label read): each component's `neighbour_agreement`
+    with the others, and `near_duplicates`, the learned title's agreement with the lexical components alone: high
+    where the catalog lists the same things twice (two shops' listings, a paper's records), low for a set of distinct
+    sentences, where the learned metric should lead (STS-benchmark)."""
+
+    components: Mapping[str, float]
+    near_duplicates: float
+
+
+def catalog_agreement(z: Mapping[str, np.ndarray], own: Sequence[int]) -> CatalogAgreement:
+    """`neighbour_agreement` of every component in `z`, and the near-duplicate agreement of its title."""
+    lexical = [name for name in LEXICAL_COMPONENTS if name in z]
+    near = neighbour_agreement(z, own, {"title": lexical})["title"] if "title" in z and lexical else 0.0
+    return CatalogAgreement(neighbour_agreement(z, own), near)
+
+
+@dataclass(frozen=True)
+class AgreementRule:
+    """Fusion weights from a catalog's agreement: on a catalog of near-duplicates (`near_duplicates` >= `gate`),
+    w_c = max(a_c - floor, 0) ** power over `components`, scaled so that the largest is 1 (weights mean the same on
+    every catalog: z-scores); elsewhere the bundle's fixed weights."""
+
+    components: tuple[str, ...]
+    floor: float
+    power: float
+    gate: float
+    rule: str
+    """How the parameters were chosen, for the manifest's `chosen_by`."""
+
+    def weights(self, agreement: CatalogAgreement, fallback: Mapping[str, float]) -> tuple[dict[str, float], str]:
+        """The weights for a catalog of this agreement, and why. `fallback` (the bundle's fixed weights) where the
+        catalog holds no near-duplicates, or where no component agrees above the floor (a catalog of one item, or
+        whose fields tell none apart), so the choice is always a valid weighting."""
+        if agreement.near_duplicates < self.gate:
+            return dict(fallback), (
+                f"the bundle's weights: the learned title and the lexical scores name the same nearest item for "
+                f"{agreement.near_duplicates:.3f} of the sampled items, below {self.gate:g} (no near-duplicates to "
+                "match, or too few items to tell)"
+            )
+        measured = agreement.components
+        raw = {name: max(measured.get(name, 0.0) - self.floor, 0.0) ** self.power for name in self.components}
+        top = max(raw.values(), default=0.0)
+        if top <= 0:
+            return dict(fallback), f"the bundle's weights: no component agrees above {self.floor:g} on this catalog"
+        listed = ", ".join(f"{name} {measured.get(name, 0.0):.3f}" for name in self.components)
+        why = f"{self.rule}; near-duplicates {agreement.near_duplicates:.3f}, agreement {listed}"
+        return {name: round(value / top, 4) for name, value in raw.items()}, why
+
+
+AGREEMENT_FUSION = AgreementRule(
+    components=("title", "description", *LEXICAL_COMPONENTS),
+    floor=0.0,
+    power=1.0,
+    gate=0.37,
+    rule=(
+        "weights proportional to each component's neighbour agreement on the catalog (no labels), chosen over "
+        "power, floor, component set and gate on Abt-Buy, Walmart-Amazon and DBLP-Scholar's gold matches, "
+        "leave-one-pair-out, keeping STS-benchmark's Spearman at the default's"
+    ),
+)
+"""The label-free adaptive fusion rule (EVALUATION.md, "Generalisation")."""

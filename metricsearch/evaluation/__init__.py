@@ -1,6 +1,7 @@
 """Offline evaluation: task datasets, the models compared (bundles scored with the core's own rerank, a running
 service over HTTP, baselines) and the reports; `metricsearch evaluate` and bench/quality.py use it."""
 
+from metricsearch.evaluation.adaptation import adapted_weights, measure_agreement
 from metricsearch.evaluation.datasets import EvalData, read_task, split_halves
 from metricsearch.evaluation.harness import ModelResult, evaluate
 from metricsearch.evaluation.report import compare_tables, describe, load_run, markdown_table, plot_runs, write_run
@@ -39,6 +40,7 @@ __all__ = [
     "Scorer",
     "TfidfScorer",
     "Tuned",
+    "adapted_weights",
     "agreed_best",
     "baseline_scorers",
     "compare_tables",
@@ -47,6 +49,7 @@ __all__ = [
     "lexical_matrix",
     "load_run",
     "markdown_table",
+    "measure_agreement",
     "mrr",
     "plot_runs",
     "read_task",

@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from metricsearch.core.fusion import ComponentStats, fuse, zscores
+from metricsearch.core.fusion import (
+    AGREEMENT_FUSION,
+    DEFAULT_FUSION,
+    CatalogAgreement,
+    ComponentStats,
+    catalog_agreement,
+    fuse,
+    neighbour_agreement,
+    zscores,
+)
 
 
 def test_statistics_ignore_missing_fields():
@@ -55,3 +64,57 @@ def test_matrices_of_queries_by_candidates_fuse_as_each_row_does():
         np.testing.assert_allclose(fused[row], fuse(one, stats, weights))
         for name, values in zscores(one, stats).items():
             np.testing.assert_allclose(z[name][row], values)
+
+
+def test_a_component_agrees_when_its_nearest_neighbour_is_the_others():
+    """Rows are sampled items, columns every item; each row's own column is left out (it would be its own best)."""
+    strong = np.array([[9.0, 1.0, 0.0, 0.0], [1.0, 9.0, 0.0, 0.0], [0.0, 0.0, 9.0, 1.0]])
+    noise = np.array([[9.0, 0.0, 1.0, 0.0], [0.0, 9.0, 1.0, 0.0], [0.0, 0.0, 9.0, 1.0]])
+    own = [0, 1, 2]
+    agreement = neighbour_agreement({"title": strong, "lexical_title": strong.copy(), "description": noise}, own)
+    assert agreement["title"] == agreement["lexical_title"] == 1.0
+    assert agreement["description"] == 1 / 3  # only the last row names the item the other two name
+
+
+def test_a_component_that_tells_no_items_apart_agrees_never():
+    """An empty or constant field (every score equal, missing fields as 0) measures nothing: 0, never a NaN."""
+    rng = np.random.default_rng(0)
+    title = rng.normal(size=(5, 8))
+    empty = np.zeros((5, 8))
+    agreement = neighbour_agreement({"title": title, "description": empty, "lexical_text": title.copy()}, range(5))
+    assert agreement["description"] == 0.0 and agreement["title"] == 1.0
+
+
+def test_one_item_has_no_neighbour_to_agree_on():
+    assert neighbour_agreement({"title": np.zeros((1, 1)), "lexical_text": np.zeros((1, 1))}, [0]) == {
+        "title": 0.0,
+        "lexical_text": 0.0,
+    }
+
+
+def test_a_catalog_of_near_duplicates_gets_weights_from_its_agreement():
+    agreement = CatalogAgreement({"title": 0.6, "description": 0.3, "lexical_text": 0.75, "lexical_codes": 0.45}, 0.59)
+    weights, why = AGREEMENT_FUSION.weights(agreement, DEFAULT_FUSION)
+    assert weights["lexical_text"] == 1.0 and weights["title"] == 0.8 and weights["description"] == 0.4
+    assert weights["lexical_title"] == 0.0 and "near-duplicates 0.590" in why
+
+
+def test_a_catalog_without_near_duplicates_keeps_the_bundles_weights():
+    """Sentences (STS-benchmark): the learned metric leads; a catalog of one item or of empty fields likewise."""
+    for agreement in (
+        CatalogAgreement({"title": 0.3, "lexical_text": 0.6}, 0.31),
+        CatalogAgreement(dict.fromkeys(AGREEMENT_FUSION.components, 0.0), 0.0),
+    ):
+        weights, why = AGREEMENT_FUSION.weights(agreement, DEFAULT_FUSION)
+        assert weights == DEFAULT_FUSION and why.startswith("the bundle's weights")
+
+
+def test_an_empty_constant_or_one_item_catalog_measures_no_agreement():
+    one = {name: np.zeros((1, 1)) for name in ("title", "description", "lexical_text")}
+    assert catalog_agreement(one, [0]) == CatalogAgreement(dict.fromkeys(one, 0.0), 0.0)
+    rng = np.random.default_rng(3)
+    title = rng.normal(size=(6, 9))
+    constant = {"title": title, "description": np.full((6, 9), np.nan), "lexical_text": np.ones((6, 9))}
+    measured = catalog_agreement(constant, range(6))
+    assert measured.components == {"title": 0.0, "description": 0.0, "lexical_text": 0.0}
+    assert measured.near_duplicates == 0.0  # the lexical score names the first item, whatever it is

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import unicodedata
 from collections import Counter
 
 import numpy as np
@@ -19,12 +20,14 @@ from metricsearch.core.lexical import (
     LexicalFields,
     SparseVector,
     analyze,
+    char_ngrams,
     code_terms,
     code_vector,
     document_frequencies,
     idf,
     is_code,
     lexical_scores,
+    ngram_vector,
     term_id,
     term_vector,
 )
@@ -208,11 +211,71 @@ def test_code_terms_are_the_analyzers_codes(text, stems):
         ("Ｆｕｌｌｗｉｄｔｈ KDL-40V5100 ＴＶ", "a 12345 part and a 12 digit"),
     ],
 )
-def test_a_stored_items_queries_from_its_documents_equal_those_from_its_texts(title, description):
-    fields = LexicalFields(["title", "description"])
+@pytest.mark.parametrize("ngrams", [False, True])
+def test_a_stored_items_queries_from_its_documents_equal_those_from_its_texts(title, description, ngrams):
+    fields = LexicalFields(["title", "description"], ngrams=ngrams)
     stored = {name: vector for name, vector in fields.documents(title, description).items() if len(vector)}
     analysed, read_back = fields.queries(title, description), fields.item_queries(title, description, stored)
     assert read_back.keys() == analysed.keys()
     for name, vector in analysed.items():
         assert read_back[name].indices.tolist() == vector.indices.tolist(), name
         assert read_back[name].values.tolist() == vector.values.tolist(), name
+
+
+def test_character_ngrams_are_scikit_learns_char_wb_trigrams():
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    sklearn = TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 3)).build_analyzer()
+    for text in ("Sony PS-LX350H turntable", "a  b\tcd", "Ｔｈｅ Café 5D", "", " - "):
+        assert char_ngrams(text) == sklearn(unicodedata.normalize("NFKC", text).lower())
+    assert char_ngrams("a PS") == [" a ", " ps", "ps "]
+
+
+def brute_force_ngrams(query: str, documents: list[str]) -> np.ndarray:
+    """scikit-learn's TF-IDF over the same n-grams, sublinear tf, L2-normalised, with the query's terms weighted by
+    the documents' idf (Qdrant's formula): nothing shared with the code under test."""
+    from sklearn.feature_extraction.text import CountVectorizer
+
+    if not any(char_ngrams(text) for text in (query, *documents)):
+        return np.zeros(len(documents))
+    counter = CountVectorizer(analyzer=char_ngrams).fit([query, *documents])
+    counts = counter.transform([query, *documents]).toarray().astype(float)
+    weights = np.where(counts > 0, 1 + np.log(np.maximum(counts, 1)), 0.0)
+    norms = np.linalg.norm(weights, axis=1, keepdims=True)
+    unit = np.divide(weights, norms, out=np.zeros_like(weights), where=norms > 0)
+    held = counts[1:][norms[1:, 0] > 0] > 0
+    df, n = held.sum(axis=0), len(held)
+    return unit[1:] @ (unit[0] * np.log1p((n - df + 0.5) / (df + 0.5)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(query=texts | st.text(max_size=20), documents=st.lists(texts | st.text(max_size=20), min_size=1, max_size=8))
+def test_ngram_scores_equal_a_brute_force_tfidf(query, documents):
+    vectors = [ngram_vector(d) for d in documents]
+    frequencies, n = document_frequencies(vectors)
+    got = lexical_scores(ngram_vector(query), vectors, frequencies, n)
+    np.testing.assert_allclose(got, brute_force_ngrams(query, documents), rtol=1e-5, atol=1e-6)
+
+
+def test_ngram_vectors_are_stored_and_asked_per_field_beside_the_words():
+    fields = LexicalFields(["title", "description"], ngrams=True)
+    assert fields.ngram_names == {f: f"ngrams_{f}" for f in ("title", "description", WHOLE_TEXT)}
+    assert fields.stored == (*fields.names.values(), *fields.ngram_names.values())
+    docs = fields.documents("Sony turntable", "")
+    assert set(docs) == set(fields.stored) and len(docs["ngrams_description"]) == 0
+    assert docs["ngrams_text"].indices.tolist() == docs["ngrams_title"].indices.tolist()
+    assert set(fields.queries("Sony turntable", "")) == {"lexical_title", "lexical_text", "ngrams_title", "ngrams_text"}
+    free = fields.queries(None, None, free_text="sony")
+    assert {name: free[name].indices.tolist() for name in fields.ngram_names.values()} == dict.fromkeys(
+        fields.ngram_names.values(), ngram_vector("sony").indices.tolist()
+    )
+    present = fields.present(["title", "description"], np.array([[True, False], [True, True]]))
+    assert present["ngrams_description"].tolist() == [False, True] and present["ngrams_text"].all()
+    assert LexicalFields(["title"]).stored == ("lexical_title", "lexical_text")  # without n-grams: words alone
+
+
+def test_ngram_text_vector_is_the_joined_fields():
+    fields = LexicalFields(["title", "description"], ngrams=True)
+    joined = ngram_vector("Sony PS-LX350H\nbelt drive")
+    got = fields.documents("Sony PS-LX350H", "belt drive")["ngrams_text"]
+    assert got.indices.tolist() == joined.indices.tolist() and got.values.tolist() == joined.values.tolist()

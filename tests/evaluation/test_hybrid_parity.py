@@ -12,8 +12,8 @@ from metricsearch.core.bundle import FUSION_COMPONENTS
 from metricsearch.core.records import Item
 from metricsearch.evaluation import BundleScorer, EvalData
 from metricsearch.service.config import Settings
-from metricsearch.service.runtime import build_runtime
-from tests.service.test_hybrid import catalog_items
+from metricsearch.service.lifecycle import Service
+from tests.service.catalogs import catalog_items
 
 
 def test_in_process_fused_scores_equal_the_services(tiny_bundle, tmp_path):
@@ -23,10 +23,10 @@ def test_in_process_fused_scores_equal_the_services(tiny_bundle, tmp_path):
     manifest["fusion"] = {"weights": {**dict.fromkeys(FUSION_COMPONENTS, 1.0), "description": 0.5}, "chosen_by": "test"}
     (bundle / "bundle.json").write_text(json.dumps(manifest))
     items = catalog_items(60)
-    runtime = build_runtime(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", candidates_min=100))
+    runtime = Service(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", candidates_min=100)).live
     try:
-        runtime.catalog.index(items)
-        served = {q: {m.id: m.score for m in runtime.catalog.similar_to_item(q, 100)} for q in ("i1", "i5", "i8")}
+        runtime.engine.indexer.index(items)
+        served = {q: {m.id: m.score for m in runtime.engine.similar_to_item(q, 100)} for q in ("i1", "i5", "i8")}
     finally:
         runtime.close()
 
