@@ -1,6 +1,6 @@
 """The exact rerank, once: a query's per-field vectors against candidates' stored vectors, scored with the bundle's
 metric (MetricBERT's per-field angular sum, RecoBERT's fusion, or the Frobenius similarity of second-order factors),
-and for a bundle with `fusion`, that metric's per-field scores fused with each field's BM25 (core/fusion.py).
+and for a bundle with `fusion`, that metric's per-field scores fused with each field's lexical score (core/fusion.py).
 The service reranks its ANN candidates with it and the evaluation scores whole catalogs with it, so a benchmark
 figure is the ranking a user gets. Pure numpy, no I/O."""
 
@@ -29,7 +29,7 @@ class FieldVectors:
 @dataclass(frozen=True)
 class Reranked:
     """`scores`, (n,), higher is more similar; `components`, each (n,): the learned metric per field (minus the
-    angular distance, or S_F) and, with lexical vectors, BM25 per field (`lexical_title`, ...), NaN where either side
+    angular distance, or S_F) and, with lexical vectors, TF-IDF per field (`lexical_title`, ...), NaN where either side
     lacks the field; shown to users as `scores`."""
 
     scores: np.ndarray
@@ -63,7 +63,7 @@ class Reranker:
         lexical: Mapping[str, np.ndarray] | None = None,
         stats: ComponentStats | None = None,
     ) -> Reranked:
-        """`lexical`: each candidate's BM25 per field (NaN where either side lacks it), keyed `lexical_<field>`;
+        """`lexical`: each candidate's TF-IDF per field (NaN where either side lacks it), keyed `lexical_<field>`;
         `stats`: the catalog's component statistics, which a fused rerank needs. A RecoBERT rerank without them
         normalises over the candidates, which is the catalog's normalisation only when they are the whole catalog."""
         scores, components = self.metric_scores(query, candidates, lexical)
