@@ -81,6 +81,12 @@ class Settings(BaseSettings):
         16, ge=0, description="most payload indexes built automatically (MS_AUTO_INDEX), learned before a restart too"
     )
 
+    @field_validator("qdrant_url", mode="before")
+    @classmethod
+    def _blank_url_is_unset(cls, value: object) -> object:
+        """MS_QDRANT_URL= (set but empty, as an env file or a template leaves it) means the embedded store."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("indexed_fields", mode="before")
     @classmethod
     def _parse_indexed_fields(cls, value: object) -> object:

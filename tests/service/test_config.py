@@ -105,3 +105,14 @@ def test_bad_declarations_are_refused_at_start_up(monkeypatch, declared, message
     with pytest.raises(ValueError, match="indexed_fields") as raised:
         Settings()
     assert message in str(raised.value)
+
+
+def test_an_empty_qdrant_url_means_the_embedded_store(monkeypatch):
+    """An env file or a template that leaves MS_QDRANT_URL= empty asks for the embedded store, everywhere the store
+    is told apart (a service with several workers on it is refused, not started against a server named '')."""
+    from metricsearch.service import store_traits
+
+    monkeypatch.setenv("MS_QDRANT_URL", " ")
+    settings = Settings()
+    assert settings.qdrant_url is None
+    assert store_traits(settings).one_process

@@ -1,10 +1,13 @@
 """Every error code in docs/api.md's table, produced by a real request: a subprocess service over HTTP on 127.0.0.1
 (one with tight limits, one on a Qdrant server whose collection does not fit the bundle), and the app in-process for
-the one fault no request can cause (an unexpected exception). Each answer is `{"detail", "code"}` and nothing else."""
+the faults no request can cause here (an unexpected exception; a full disk, filled for real in
+tests/deploy/test_container.py, here a disk that reports no space free). Each answer is `{"detail", "code"}` and
+nothing else."""
 
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 import threading
 from pathlib import Path
@@ -145,8 +148,11 @@ def answers(tight, mismatched, tiny_bundle, tmp_path_factory) -> dict[str, tuple
         raise RuntimeError("a bug")
 
     service.live.engine.get = broken
-    with TestClient(create_app(service), raise_server_exceptions=False) as client:
+    with TestClient(create_app(service), raise_server_exceptions=False) as client, pytest.MonkeyPatch.context() as mp:
         got["bug"] = client.get("/items/a"), "internal"
+        usage = shutil.disk_usage
+        mp.setattr("metricsearch.service.store.edge.writes.shutil.disk_usage", lambda p: usage(p)._replace(free=0))
+        got["disk full"] = client.post("/index", json={"items": [{"id": "b", "title": "t"}]}), "insufficient_storage"
     return got
 
 
