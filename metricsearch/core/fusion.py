@@ -32,7 +32,7 @@ DEFAULT_FUSION_RULE = (
     "metricsearch tune with Abt-Buy's labelled matches (--pairs), among the weightings whose STS-benchmark test "
     "Spearman is no lower than the encoder's cosine; confirmed on Walmart-Amazon, which it never saw"
 )
-"""The packaged model's fusion weights and the rule that chose them (EVALUATION.md, "Hybrid")."""
+"""The packaged model's fusion weights and the rule that chose them (EVALUATION.md, "Catalog matching")."""
 CATALOG_FUSION = {
     "title": 0.5,
     "description": 0.0,
@@ -45,10 +45,10 @@ CATALOG_FUSION_RULE = (
     "metricsearch tune with Abt-Buy's labelled matches (--pairs) on the packaged model, with no STS-benchmark check: "
     "a bundle trained on a catalog ranks that catalog's items; confirmed on Walmart-Amazon, which it never saw"
 )
-"""The fusion weights for item-to-item on a product catalog, and their rule (EVALUATION.md, "Hybrid: trained"): what a
-bundle trained on a catalog starts from (`metricsearch train --bundle`) before `tune` looks for better ones there, and
-what `metricsearch export --fusion catalog` writes. They weigh lexical evidence more than DEFAULT_FUSION, which keeps
-sentence similarity (STS-benchmark) at the encoder's figure for every use."""
+"""The fusion weights for item-to-item on a product catalog, and their rule (EVALUATION.md, "Trained on the
+catalog"): what a bundle trained on a catalog starts from (`metricsearch train --bundle`) before `tune` looks for
+better ones there, and what `metricsearch export --fusion catalog` writes. They weigh lexical evidence more than
+DEFAULT_FUSION, which keeps sentence similarity (STS-benchmark) at the encoder's figure for every use."""
 NAMED_FUSIONS = {"default": (DEFAULT_FUSION, DEFAULT_FUSION_RULE), "catalog": (CATALOG_FUSION, CATALOG_FUSION_RULE)}
 """The weightings `metricsearch export --fusion` names, with their rules."""
 TITLE_OF = {"description": "title", "lexical_description": "lexical_title", "ngrams_description": "ngrams_title"}
@@ -242,4 +242,4 @@ AGREEMENT_FUSION = AgreementRule(
         "leave-one-pair-out, keeping STS-benchmark's Spearman at the default's"
     ),
 )
-"""The label-free adaptive fusion rule (EVALUATION.md, "Generalisation")."""
+"""The label-free adaptive fusion rule; not served yet (docs/evaluation.md)."""

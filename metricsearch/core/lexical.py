@@ -11,17 +11,18 @@ Beside one score per field, `lexical_codes` scores the query's model and part nu
 digits, or a number of five digits or more) against each item's whole text: product catalogs match on those, and a
 short number ("3 killed", "2012") or a shared common word is no evidence of the same product. It is read from the
 stored whole-text vector (the query's vector with its other terms dropped, its weights as they were), so it costs no
-storage. Measured on both catalog pairs and STS-benchmark (EVALUATION.md, "Hybrid").
+storage. Measured on both catalog pairs and STS-benchmark (EVALUATION.md, "Catalog matching").
 
 Analyzer v2 (`CODE_STEMS`, what `metricsearch export` writes) also gives each code its stems, its leading runs of
 letters and digits ("kdl40v" of "kdl40v5100b"): shops append colour, region and pack suffixes to one model number.
 On the packaged model it lifted the lexical score alone from 0.871 to 0.920 MRR on Abt-Buy, where it was chosen, and
-from 0.911 to 0.929 on Walmart-Amazon (EVALUATION.md, "Hybrid: code stems"). A v1 bundle keeps v1, so the stores built
-with it stay valid.
+from 0.911 to 0.929 on Walmart-Amazon (EVALUATION.md, "Choices behind the defaults"). A v1 bundle keeps v1, so the
+stores built with it stay valid.
 
 Why not BM25 (Robertson and Zaragoza, 2009): it scores a short query against documents; here an item is compared with
 items, and BM25's unnormalised sums let long descriptions win. Measured with this analyzer on both catalog pairs
-(EVALUATION.md, "Hybrid"), the normalised score over the whole text beat BM25 per field and over the whole text.
+(EVALUATION.md, "Catalog matching"), the normalised score over the whole text beat BM25 per field and over the
+whole text.
 
 Written by hand: Qdrant's built-in analyzers lowercase and split words but do not join a part number's pieces
 ("PS-LX350H" vs "PSLX350H"), which is most of what a product catalog's lexical match is about; and term ids are a
@@ -84,7 +85,7 @@ def analyze(text: str, stems: bool = True) -> list[str]:
 def code_terms(text: str, stems: bool = True) -> set[str]:
     """The text's distinct terms that are codes (`is_code`), from its words with a digit alone: a code has a digit,
     and each term comes from one word, so the rest cannot hold one (a stored item's query: 12 us instead of 17 for
-    analysing every word, warm, on the 100k synthetic items of BENCHMARKS.md "Hybrid at scale")."""
+    analysing every word, warm, on the 100k synthetic items of BENCHMARKS.md, "Choices behind the defaults")."""
     return {term for word in _words(text) if _has_digit(word) for term in _word_terms(word, stems) if is_code(term)}
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 FULL_RANK_CAP = 16
 """Rows kept for `pooling: cov` without `rank_k` ("full rank"): min(tokens, d, this). ||A^T A||_F^2 = sum s_i^4, so
-the fourth power makes the tail negligible (BENCHMARKS.md, "Second-order similarity", measures the share of
+the fourth power makes the tail negligible (BENCHMARKS.md, "Choices behind the defaults", measures the share of
 sum s_i^4 it keeps on wine reviews), while each row costs d floats stored and a rerank term per candidate."""
 
 EPS = 1e-30

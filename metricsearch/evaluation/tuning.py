@@ -9,7 +9,7 @@ Two self-supervised signals come from the catalog itself, and neither reads a la
 A weighting replaces the bundle's (DEFAULT_FUSION for a bundle without) only when it beats them on every signal by
 PSEUDO_MARGIN MRR. Each signal alone is biased: pseudo-queries are easy (every weighting ranks them at MRR
 0.98-0.99) and code pairs share a code by construction, so each prefers weights that did worse on the gold matches of
-both catalog pairs (EVALUATION.md "Hybrid: label-free tuning"). With labelled pairs (ids of the catalog: each left
+both catalog pairs (EVALUATION.md, "Choices behind the defaults"). With labelled pairs (ids of the catalog: each left
 item's matches), those rank instead, and the best weights win outright. Either way the components are z-normalised
 with the catalog's statistics as the service computes them, so the weights mean the same wherever the bundle is served.
 

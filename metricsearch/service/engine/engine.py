@@ -132,7 +132,7 @@ class Engine:
             limits=limits,
             batch_size=index_batch_size,
             on_write=self.answers.bump,
-            **({} if on_indexed is None else {"on_indexed": on_indexed}),
+            on_indexed=on_indexed,
         )
         self.queries = QueryBuilder(store, self.layout, lexical, batcher, timeout_s)
         self.ranker = Ranker(

@@ -75,10 +75,6 @@ class WriteGate:
                 self._cond.notify_all()
 
 
-def _ignore(_result: IndexResult) -> None:
-    pass
-
-
 class Indexer:
     def __init__(
         self,
@@ -91,7 +87,7 @@ class Indexer:
         limits: Limits | None = None,
         batch_size: int = 64,
         on_write: Callable[[], None] = lambda: None,
-        on_indexed: Callable[[IndexResult], None] = _ignore,
+        on_indexed: Callable[[IndexResult], None] | None = None,
     ) -> None:
         """`on_write` runs after every write (or failed write attempt) reached the store: it retires cached answers;
         `on_indexed` counts what an /index request wrote, for the metrics."""
@@ -103,7 +99,7 @@ class Indexer:
         self.limits = limits
         self.batch_size = batch_size
         self._on_write = on_write
-        self._on_indexed = on_indexed
+        self._on_indexed = on_indexed or (lambda _result: None)
         self.writes = WriteGate()
         self.replica: Replica | None = None
         """Set (under `writes.exclusive()`, by `replicate_to`) while a model rollout copies this store."""

@@ -281,7 +281,7 @@ class Ranker:
 def _wider(limit: int, widest: int) -> int:
     """The next candidate count: WIDEN times as many, or the widest where that would leave less than a doubling to it.
     A last search of nearly as many candidates as the one before was about a fourth of the costliest request's work
-    (BENCHMARKS.md, "Costly requests")."""
+    (BENCHMARKS.md, "Choices behind the defaults")."""
     wider = limit * WIDEN
     return widest if 2 * wider > widest else wider
 

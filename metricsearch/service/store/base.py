@@ -33,10 +33,10 @@ def lexical_limit(limit: int) -> int:
     """How many best matches each sparse prefetch of a search adds to its `limit` nearest: a quarter as many, since
     fewer candidates are the cheapest cut of a fused request, and a match found by its part number alone ranks near
     the top of the lexical ones. With it, the exact fused top 10 of 100k synthetic items is still all found
-    (BENCHMARKS.md, "Hybrid at scale") and both catalog pairs keep their served MRR (EVALUATION.md, "Hybrid"); a
-    k = 100 page holds 0.908 of the synthetic exact top 100 (BENCHMARKS.md, "Candidates: recall and cost"). As many
-    lexical matches as dense ones held 0.735 against this quarter's 0.703, measured on the earlier synthetic catalog
-    whose every word was a code; not measured since."""
+    (BENCHMARKS.md, "Choices behind the defaults") and both catalog pairs keep their served MRR (EVALUATION.md,
+    "Catalog matching"); a k = 100 page holds 0.908 of the synthetic exact top 100 (the same section). As many
+    lexical matches as dense ones held 0.735 against this quarter's 0.703, measured on an earlier synthetic catalog
+    whose every word was a code."""
     return max(1, limit // 4)
 
 

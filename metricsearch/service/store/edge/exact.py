@@ -3,7 +3,7 @@
 qdrant-edge checks a condition on a metadata key without a payload index by reading each point's payload as it meets
 it, and a selective filter makes it meet nearly all of them: at 100k items, one key keeping 3% of them took 2.8 s, 40
 keys x 25 numbers 5.7 s, and 40 ranges keeping 84% 0.88 s, under the lock every search waits on, and its HNSW walk
-found 0.00-0.78 of a filter's exact 100 nearest (BENCHMARKS.md, "Filtered search"). The metadata index
+found 0.00-0.78 of a filter's exact 100 nearest (BENCHMARKS.md, "Choices behind the defaults"). The metadata index
 (metadata_index.py) finds the items meeting such a filter from its columns, and they are searched here exactly: their
 dense vectors against the query, their terms against the lexical queries, fused by reciprocal rank as the engine fuses
 its prefetches: the candidates an engine with an index would find, exact rather than approximate.

@@ -25,16 +25,16 @@ from metricsearch.service.store.edge.metadata_index import wanted_kinds
 DROPPED_MAX = 16
 """Up to this many excluded ids are dropped from a search's hits rather than filtered out by the engine: at 100k
 points a must_not has_id filter cost 0.3 ms of a 1.2 ms dense search (0.45 ms with a lexical prefetch), where a
-candidate more costs about 0.03 ms to read and rerank (BENCHMARKS.md "Candidates: recall and cost")."""
+candidate more costs about 0.03 ms to read and rerank (BENCHMARKS.md, "Choices behind the defaults")."""
 EXACT_FILTERED_MAX = 20_000
 """A search whose filter keeps at most this many points (the metadata index counts them) compares each of them,
 through the filter's payload indexes, rather than walking the HNSW graph: past the engine's own full-scan threshold
 (about 3,300 points of 768 floats) the walk meets too few of the points a filter keeps, and the cost of comparing
-grows with the points kept, hence the bound (BENCHMARKS.md, "Filtered search")."""
+grows with the points kept, hence the bound (BENCHMARKS.md, "Choices behind the defaults")."""
 FILTERED_EF_MAX = 8
 """The widest beam a filtered walk gets, in multiples of its limit: the engine's default beam (the limit) finds too
 few of a filter's nearest when it keeps a part of the points, a wider one more of them at a few ms more
-(BENCHMARKS.md, "Filtered search")."""
+(BENCHMARKS.md, "Choices behind the defaults")."""
 
 
 def served_by_indexes(conditions: Sequence[Condition], indexes: Mapping[str, str]) -> bool:
