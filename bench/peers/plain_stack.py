@@ -13,11 +13,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import httpx
 import numpy as np
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel
@@ -70,18 +68,20 @@ def start(vectors: Path, port: int, log: Path, timeout_s: float = 180) -> subpro
     """The plain stack served by uvicorn on 127.0.0.1:port, once it answers. numpy's BLAS is pinned to one thread,
     as in the service: with its default threads it fights the request threads (42 vs 417 req/s measured here), and a
     fair baseline carries that well-known fix."""
+    from metricsearch.service import exit_of, wait_ready  # here: the served app (this module) imports none of it
+
     env = {**os.environ, "PLAIN_STACK_VECTORS": str(vectors), "HF_HUB_OFFLINE": "1", "OPENBLAS_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "uvicorn", "bench.peers.plain_stack:app", "--host", "127.0.0.1", "--port", str(port)]
     process = subprocess.Popen([*cmd, "--no-access-log"], env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"plain stack exited: {log.read_text()[-3000:]}")
-        try:
-            if httpx.post(f"http://127.0.0.1:{port}/similar", json={"id": "s0"}, timeout=5).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    process.kill()
-    raise RuntimeError(f"plain stack not ready after {timeout_s:.0f} s")
+    try:
+        wait_ready(
+            f"http://127.0.0.1:{port}/similar",
+            body={"id": "s0"},
+            exited=exit_of(process, "plain stack"),
+            log=lambda: log.read_text()[-3000:],
+            timeout_s=timeout_s,
+        )
+    except RuntimeError:
+        process.kill()
+        raise
+    return process

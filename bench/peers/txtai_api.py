@@ -14,9 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from bench.report import ROOT
+from metricsearch.service import exit_of, wait_ready
 
 VENV = ROOT / "var/txtai-venv"
 # txtai 9.14, the version compared; torch pinned as everywhere in the project; the model ships as a wheel.
@@ -87,18 +86,16 @@ class TxtaiProcess:
         self.process = subprocess.Popen(
             [*cmd, "--no-access-log"], env=env, stdout=self.log.open("ab"), stderr=subprocess.STDOUT
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"txtai exited: {self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/count", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.stop()
-        raise RuntimeError(f"txtai not ready after {timeout_s} s: {self.log.read_text()[-3000:]}")
+        try:
+            wait_ready(
+                f"{self.url}/count",
+                exited=exit_of(self.process, "txtai"),
+                log=lambda: self.log.read_text()[-3000:],
+                timeout_s=timeout_s,
+            )
+        except RuntimeError:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

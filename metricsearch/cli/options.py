@@ -1,11 +1,16 @@
-"""What several commands' options share: choice types, and the service settings that options override."""
+"""What several commands' options share: choice types, the store folder option, and the service settings that options
+override."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
 
 import typer
+
+DataDir = Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")]
 
 
 def choice(name: str, values: Iterable[str]) -> type[StrEnum]:

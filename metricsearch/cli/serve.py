@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from metricsearch.cli.options import service_settings
+from metricsearch.cli.options import DataDir, service_settings
 
 
 def serve(
@@ -15,7 +15,7 @@ def serve(
     bundle: Annotated[Path | None, typer.Option(help="bundle folder to serve (MS_BUNDLE_DIR)")] = None,
     host: Annotated[str | None, typer.Option(help="address to bind (MS_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="port to bind (MS_PORT)")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
+    data_dir: DataDir = None,
     workers: Annotated[
         int | None, typer.Option(min=1, help="worker processes; more than 1 needs a Qdrant server (MS_WORKERS)")
     ] = None,

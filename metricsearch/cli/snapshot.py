@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from metricsearch.cli.options import service_settings
+from metricsearch.cli.options import DataDir, service_settings
 
 app = typer.Typer(
     help="Back up and restore the store: the embedded store (stop the service first: its lock refuses these "
@@ -21,7 +21,7 @@ def snapshot_create(
     ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="archive to write (.tar.gz for the embedded store); must not exist")],
     bundle: Annotated[Path | None, typer.Option(help="bundle folder (MS_BUNDLE_DIR)")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
+    data_dir: DataDir = None,
 ) -> None:
     """Write a consistent snapshot of the store (flushed; writes held back while it is read)."""
     from metricsearch.service import create_snapshot as create
@@ -35,7 +35,7 @@ def snapshot_restore(
     ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="archive made by `metricsearch snapshot create`")],
     bundle: Annotated[Path | None, typer.Option(help="bundle folder (MS_BUNDLE_DIR); must be the snapshot's")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="embedded store folder (MS_DATA_DIR)")] = None,
+    data_dir: DataDir = None,
     overwrite: Annotated[bool, typer.Option(help="replace an existing store")] = False,
 ) -> None:
     """Replace the store by a snapshot, after checking it was made for this bundle."""

@@ -7,7 +7,7 @@ from metricsearch.service.config import Settings
 from metricsearch.service.engine import ANN_VECTOR, FACTORS_VECTOR, Engine, content_hash, vector_schema
 from metricsearch.service.lifecycle import Service
 from metricsearch.service.logs import configure_logging
-from metricsearch.service.process import ServiceProcess, free_port
+from metricsearch.service.process import ServiceProcess, exit_of, free_port, wait_ready
 from metricsearch.service.runtime import Runtime
 from metricsearch.service.server import uvicorn_options
 from metricsearch.service.snapshot import create as create_snapshot
@@ -37,10 +37,12 @@ __all__ = [
     "content_hash",
     "create_app",
     "create_snapshot",
+    "exit_of",
     "free_port",
     "open_store",
     "restore_snapshot",
     "store_traits",
     "uvicorn_options",
     "vector_schema",
+    "wait_ready",
 ]

@@ -1,4 +1,5 @@
-"""The service as a real subprocess (`metricsearch serve`) on a free 127.0.0.1 port."""
+"""The service as a real subprocess (`metricsearch serve`) on a free 127.0.0.1 port, and the wait until a server
+started as one answers (the benchmarks' peers and the container tests wait the same way)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,40 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+
+
+def wait_ready(
+    url: str,
+    *,
+    exited: Callable[[], str | None],
+    log: Callable[[], str],
+    timeout_s: float,
+    body: dict | None = None,
+) -> float:
+    """Seconds until `url` answers 200: a GET, or a POST of `body` for a server ready only once it answers a query.
+    `exited()` says why the server stopped, or None while it runs. Its stop, or `timeout_s` passing, is a RuntimeError
+    ending with `log()`, so a failed start says why."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        if (why := exited()) is not None:
+            raise RuntimeError(f"{why}: {log()}")
+        try:
+            answer = httpx.get(url, timeout=5) if body is None else httpx.post(url, json=body, timeout=5)
+            if answer.status_code == 200:
+                return time.monotonic() - start
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{url} not 200 after {timeout_s:.0f} s: {log()}")
+
+
+def exit_of(process: subprocess.Popen, name: str) -> Callable[[], str | None]:
+    """`wait_ready`'s `exited` for a subprocess."""
+    return lambda: None if process.poll() is None else f"{name} exited with {process.returncode}"
 
 
 def free_port() -> int:
@@ -54,18 +86,11 @@ class ServiceProcess:
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"service exited with {self.process.returncode}: {self.log()}")
-            try:
-                if httpx.get(f"{self.url}{until}", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"{until} not 200 after {timeout_s} s: {self.log()}")
+        try:
+            wait_ready(f"{self.url}{until}", exited=exit_of(self.process, "service"), log=self.log, timeout_s=timeout_s)
+        except RuntimeError:
+            self.stop()
+            raise
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""

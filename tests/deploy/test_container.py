@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from metricsearch.service.process import ServiceProcess, free_port
+from metricsearch.service.process import ServiceProcess, free_port, wait_ready
 from metricsearch.service.store.edge.writes import MIN_FREE_BYTES
 from tests.deploy.manifests import ROOT
 
@@ -123,17 +123,10 @@ class Container:
 
     def wait(self, path: str = "/readyz", timeout_s: float = 90) -> float:
         """Seconds until `path` answers 200; fails with the container's log when it does not."""
-        start = time.monotonic()
-        while time.monotonic() - start < timeout_s:
-            if not self.inspect()["State"]["Running"]:
-                raise AssertionError(f"{self.name} exited: {self.logs()}")
-            try:
-                if httpx.get(f"{self.url}{path}", timeout=2).status_code == 200:
-                    return time.monotonic() - start
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"{path} of {self.name} not 200 after {timeout_s} s: {self.logs()}")
+        return wait_ready(f"{self.url}{path}", exited=self.stopped, log=self.logs, timeout_s=timeout_s)
+
+    def stopped(self) -> str | None:
+        return None if self.inspect()["State"]["Running"] else f"{self.name} exited"
 
     def exited(self, timeout_s: float = 60) -> dict:
         deadline = time.monotonic() + timeout_s

@@ -1,11 +1,12 @@
-"""ServiceProcess, the service as a subprocess for tests and benchmarks: a service that exits at start-up is an error
-carrying its log, so a failed start says why."""
+"""ServiceProcess, the service as a subprocess for tests and benchmarks, and wait_ready, how every server they start is
+waited for: a server that exits at start-up, or never answers, is an error carrying its log, so a failed start says
+why."""
 
 from __future__ import annotations
 
 import pytest
 
-from metricsearch.service import ServiceProcess
+from metricsearch.service import ServiceProcess, free_port, wait_ready
 
 
 def test_a_service_that_exits_at_start_up_is_an_error_with_its_log(tmp_path):
@@ -14,3 +15,9 @@ def test_a_service_that_exits_at_start_up_is_an_error_with_its_log(tmp_path):
         service.start(timeout_s=60)
     assert service.process is not None and service.process.poll() is not None
     service.stop()  # a process that exited already: nothing to stop
+
+
+def test_a_server_that_never_answers_is_an_error_with_its_log_once_the_time_is_up():
+    nothing = f"http://127.0.0.1:{free_port()}/readyz"
+    with pytest.raises(RuntimeError, match=r"not 200 after 1 s: its log"):
+        wait_ready(nothing, exited=lambda: None, log=lambda: "its log", timeout_s=1)

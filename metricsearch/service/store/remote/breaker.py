@@ -17,40 +17,29 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import KW_ONLY, dataclass
 
 from metricsearch.core.errors import StoreUnavailableError
 
 
+@dataclass(eq=False)
 class CircuitBreaker:
-    def __init__(
-        self,
-        where: str,
-        *,
-        max_in_flight: int,
-        failures: int,
-        open_s: float,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._where = where
-        self._max_in_flight = max_in_flight
-        self._failures_to_open = failures
-        self._open_s = open_s
-        self._clock = clock
+    where: str
+    """The server as messages name it."""
+    _: KW_ONLY
+    max_in_flight: int
+    failures: int
+    """Outages in a row that open the breaker."""
+    open_s: float
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         self._lock = threading.Lock()  # held only to read and update the counters below, never across a call
         self._in_flight = 0
-        self._failures = 0
+        self._failed = 0
         self._open_until: float | None = None
         self._trial_running = False
         self._last_outage = ""
-
-    @property
-    def where(self) -> str:
-        """The server as messages name it."""
-        return self._where
-
-    @property
-    def max_in_flight(self) -> int:
-        return self._max_in_flight
 
     @property
     def reason(self) -> str | None:
@@ -58,7 +47,7 @@ class CircuitBreaker:
         with self._lock:
             if self._open_until is None:
                 return None
-            return self._fast_failure(self._clock()).args[0]
+            return self._fast_failure(self.clock()).args[0]
 
     @contextmanager
     def call(self) -> Iterator[None]:
@@ -77,17 +66,17 @@ class CircuitBreaker:
 
     def _enter(self) -> bool:
         with self._lock:
-            now = self._clock()
+            now = self.clock()
             trial = False
             if self._open_until is not None:
                 if now < self._open_until or self._trial_running:
                     raise self._fast_failure(now)
                 trial = self._trial_running = True
-            if self._in_flight >= self._max_in_flight:
+            if self._in_flight >= self.max_in_flight:
                 if trial:
                     self._trial_running = False
                 raise StoreUnavailableError(
-                    f"{self._max_in_flight} calls to {self._where} are waiting for its answer already "
+                    f"{self.max_in_flight} calls to {self.where} are waiting for its answer already "
                     "(MS_QDRANT_MAX_IN_FLIGHT): it is slow; retry shortly",
                     retry_after_s=1,
                 )
@@ -100,17 +89,17 @@ class CircuitBreaker:
             if trial:
                 self._trial_running = False
             if outage is None:
-                self._failures, self._open_until = 0, None
+                self._failed, self._open_until = 0, None
                 return
-            self._failures += 1
+            self._failed += 1
             self._last_outage = outage
-            if trial or self._failures >= self._failures_to_open:
-                self._open_until = self._clock() + self._open_s
+            if trial or self._failed >= self.failures:
+                self._open_until = self.clock() + self.open_s
 
     def _fast_failure(self, now: float) -> StoreUnavailableError:
         wait = max(0.0, (self._open_until or now) - now)
         return StoreUnavailableError(
-            f"{self._where} failed {self._failures} calls in a row, so calls fail fast until one gets through (the "
+            f"{self.where} failed {self._failed} calls in a row, so calls fail fast until one gets through (the "
             f"next try in {wait:.1f} s); the last failure: {self._last_outage}",
             retry_after_s=max(1, math.ceil(wait)),
         )

@@ -10,6 +10,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -28,37 +29,27 @@ from metricsearch.service.store.remote.collection import bundle_record, check_ex
 logger = logging.getLogger(__name__)
 
 
+@dataclass(eq=False)
 class OpenCollection:
     """The collection the served name `name` resolves to (see served_collection), or a rollout's `<name>.r<n>`, on
     `client`. `indexed_fields` ({key: type}; None leaves the indexes as they are) are synced at open, keeping
     undeclared ones with `keep_learned`; `on_indexes` gets the metadata indexes there then."""
 
-    def __init__(
-        self,
-        client: QdrantClient,
-        name: str,
-        schema: VectorSchema,
-        *,
-        url: str,
-        layout: Mapping[str, Any],
-        bundle_dir: Path | None,
-        breaker: CircuitBreaker,
-        indexed_fields: Mapping[str, str] | None,
-        keep_learned: bool,
-        on_indexes: Callable[[dict[str, str]], None],
-    ) -> None:
-        self._client = client
-        self._name = name
-        self.collection = name
+    client: QdrantClient
+    name: str
+    schema: VectorSchema
+    _: KW_ONLY
+    url: str
+    layout: Mapping[str, Any]
+    bundle_dir: Path | None
+    breaker: CircuitBreaker
+    indexed_fields: Mapping[str, str] | None
+    keep_learned: bool
+    on_indexes: Callable[[dict[str, str]], None]
+
+    def __post_init__(self) -> None:
+        self.collection = self.name
         """The collection itself, once opened (`name` resolved)."""
-        self._schema = schema
-        self._url = url
-        self._layout = layout
-        self._bundle_dir = bundle_dir
-        self._breaker = breaker
-        self._indexed_fields = indexed_fields
-        self._keep_learned = keep_learned
-        self._on_indexes = on_indexes
         self._open_lock = threading.Lock()
         self._opened = False
         self._vanished = False
@@ -67,7 +58,7 @@ class OpenCollection:
     @contextmanager
     def serving(self) -> Iterator[None]:
         """One call through the breaker: the collection open, and server outages raised as StoreUnavailableError."""
-        with self._breaker.call():
+        with self.breaker.call():
             self.ensure_open()
             with self._answering():
                 yield
@@ -81,14 +72,14 @@ class OpenCollection:
                 self._opened = True
 
     def _open(self) -> None:
-        served = None if is_generation(self._name) else served_collection(self._client, self._name)
-        self.collection = served or self._name
-        if not self._client.collection_exists(self.collection):
+        served = None if is_generation(self.name) else served_collection(self.client, self.name)
+        self.collection = served or self.name
+        if not self.client.collection_exists(self.collection):
             if self._vanished:
                 self.lost()
             try:
-                record = bundle_record(self._schema, self._bundle_dir)
-                create(self._client, self.collection, self._schema, self._layout, record)
+                record = bundle_record(self.schema, self.bundle_dir)
+                create(self.client, self.collection, self.schema, self.layout, record)
                 self._sync_indexes({})
                 return
             except UnexpectedResponse as e:
@@ -96,13 +87,13 @@ class OpenCollection:
                     raise
                 # Another replica, started at the same time, created it first: check it like any existing one.
         existing = check_existing(
-            self._client.get_collection(self.collection),
-            self._schema,
-            self._layout,
-            where=f"Collection {self.collection!r} on {self._url}",
-            fix=f"A model rollout swapped it in as {self._name!r}: restart the service, which serves it with the "
+            self.client.get_collection(self.collection),
+            self.schema,
+            self.layout,
+            where=f"Collection {self.collection!r} on {self.url}",
+            fix=f"A model rollout swapped it in as {self.name!r}: restart the service, which serves it with the "
             "bundle it records (that bundle's folder must exist here), or set MS_BUNDLE_DIR to that bundle."
-            if self.collection != self._name
+            if self.collection != self.name
             else "Set MS_COLLECTION to a new collection name to index with this bundle, "
             "or delete the collection and re-index the catalog with it.",
         )
@@ -110,21 +101,21 @@ class OpenCollection:
 
     def _sync_indexes(self, existing: Mapping[str, str]) -> None:
         """Every replica does this at open; Qdrant keeps an index that exists with its type, so they agree."""
-        if self._indexed_fields is None:
+        if self.indexed_fields is None:
             return
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Payload indexes have no effect")  # local mode (tests)
             indexed = sync_indexes(
                 existing,
-                self._indexed_fields,
-                create=lambda path, kind: self._client.create_payload_index(
+                self.indexed_fields,
+                create=lambda path, kind: self.client.create_payload_index(
                     self.collection, path, qm.PayloadSchemaType(kind), wait=True
                 ),
-                drop=lambda path: self._client.delete_payload_index(self.collection, path, wait=True),
-                where=f"collection {self.collection!r} on {self._url}",
-                keep_undeclared=self._keep_learned,
+                drop=lambda path: self.client.delete_payload_index(self.collection, path, wait=True),
+                where=f"collection {self.collection!r} on {self.url}",
+                keep_undeclared=self.keep_learned,
             )
-        self._on_indexes(indexed)
+        self.on_indexes(indexed)
 
     @contextmanager
     def _answering(self) -> Iterator[None]:
@@ -136,14 +127,14 @@ class OpenCollection:
                 self.lost()
             if e.status_code in (401, 403):
                 raise StoreUnavailableError(
-                    f"Qdrant at {self._url} refused the API key (HTTP {e.status_code}): set MS_QDRANT_API_KEY"
+                    f"Qdrant at {self.url} refused the API key (HTTP {e.status_code}): set MS_QDRANT_API_KEY"
                 ) from e
             if e.status_code is not None and e.status_code >= 500:
-                raise StoreUnavailableError(f"Qdrant at {self._url} failed (HTTP {e.status_code}); retry later") from e
+                raise StoreUnavailableError(f"Qdrant at {self.url} failed (HTTP {e.status_code}); retry later") from e
             raise
         except (ResponseHandlingException, httpx.TransportError, ConnectionError) as e:
             raise StoreUnavailableError(
-                f"Qdrant at {self._url} does not answer ({e}): check MS_QDRANT_URL and that the server is up"
+                f"Qdrant at {self.url} does not answer ({e}): check MS_QDRANT_URL and that the server is up"
             ) from e
 
     def lost(self) -> NoReturn:
@@ -151,7 +142,7 @@ class OpenCollection:
         first = self._opened  # logged once per loss, not on every call that finds it still gone
         self._vanished, self._opened = True, False
         message = (
-            f"collection {self.collection!r} vanished from Qdrant at {self._url} after this service opened it (its "
+            f"collection {self.collection!r} vanished from Qdrant at {self.url} after this service opened it (its "
             "data was deleted or lost): restore a snapshot (`metricsearch snapshot restore`) and the service serves "
             "it again, or restart the service to create it empty and re-index the catalog"
         )

@@ -150,32 +150,11 @@ class RemoteStore:
         *,
         api_key: str | None = None,
         timeout_s: float = 5.0,
-        shards: int | None = None,
-        replication: int | None = None,
-        wait_for_server: bool = False,
-        breaker: CircuitBreaker | None = None,
-        vector_cache_mb: float = 256,
-        indexed_fields: Mapping[str, str] | None = None,
-        auto_index_max: int | None = None,
-        on_auto_index: Callable[[str], None] | None = None,
-        bundle_dir: Path | None = None,
+        **options: Any,
     ) -> RemoteStore:
+        """The store on the server at `url`, through a client of its own; `options` are the constructor's."""
         client = QdrantClient(url=url, api_key=api_key, timeout=math.ceil(timeout_s), check_compatibility=False)
-        return cls(
-            client,
-            collection,
-            schema,
-            url=url,
-            shards=shards,
-            replication=replication,
-            wait_for_server=wait_for_server,
-            breaker=breaker,
-            vector_cache_mb=vector_cache_mb,
-            indexed_fields=indexed_fields,
-            auto_index_max=auto_index_max,
-            on_auto_index=on_auto_index,
-            bundle_dir=bundle_dir,
-        )
+        return cls(client, collection, schema, url=url, **options)
 
     @classmethod
     def from_settings(
