@@ -5,6 +5,7 @@ which `metricsearch --help`, `serve` and `index` must not."""
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable
 from functools import cache, wraps
 from pathlib import Path
@@ -111,6 +112,8 @@ def train(
     from metricsearch.trainer import train as run_training
 
     transformers_logging.disable_progress_bar()  # per-file load/save bars would break up the training bar
+    if settings.pseudo_matches is not None and not settings.resume:
+        _mine(settings)
     result = run_training(settings)
     if result.primary:
         typer.echo(result.summary(settings.objective))
@@ -118,25 +121,51 @@ def train(
             _bundle_from_training(settings, result.best_dir, bundle)
 
 
+def run_name(out: Path) -> str:
+    """The bundle's name: the run folder's (runs/abt-pm -> abt-pm), not its checkpoint's, which is always `best`."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", Path(out).resolve().name).strip("-.") or "trained"
+
+
+def _mine(settings: TrainConfig) -> None:
+    """--pseudo-matches: the bundle's fused ranking and the lexical scores, as `metricsearch evaluate` computes them
+    in process, mine the triplets the run trains on (into OUT, before the trainer reads it)."""
+    from metricsearch.core.records import Item
+    from metricsearch.evaluation import BundleScorer, EvalData, LexicalScorer
+    from metricsearch.trainer import PSEUDO_FILE, mine_pseudo_matches
+
+    def scores(left: list[Item], right: list[Item]):
+        data = EvalData("catalog-match", str(settings.catalog), left, right, [[] for _ in left], [None] * len(left))
+        return BundleScorer(settings.pseudo_matches).scores(data), LexicalScorer().scores(data)
+
+    typer.echo(mine_pseudo_matches(settings.catalog, scores, Path(settings.out) / PSEUDO_FILE))
+
+
 def _bundle_from_training(settings: TrainConfig, best: Path, bundle: Path) -> None:
     """`train --bundle`: the best checkpoint exported as `metricsearch export` would, then, when its metric fuses
-    with lexical scores, given CATALOG_FUSION and tuned on the catalog it was trained on."""
+    with lexical scores, given CATALOG_FUSION (after --pseudo-matches, the mining bundle's weights) and tuned on the
+    catalog it was trained on."""
+    from metricsearch.core.bundle import load_bundle
     from metricsearch.evaluation import tune as tune_weights
     from metricsearch.export import export_bundle
 
     recobert = settings.objective == "recobert"
     tuned_here = settings.catalog is not None and not recobert
+    fusion = named_fusion("catalog") if tuned_here else None
+    if settings.pseudo_matches is not None:  # the encoder refines the mining bundle's: it starts from its weights
+        fusion = load_bundle(settings.pseudo_matches).manifest.fusion or fusion
     export_bundle(
         best,
         bundle,
+        name=run_name(settings.out),
         metric="recobert" if recobert else None,
         pooling=settings.pooling,
         rank_k=settings.rank_k,
         objective=settings.objective,
-        fusion=named_fusion("catalog") if tuned_here else None,
+        fusion=fusion,
     )
     if not tuned_here:
-        typer.echo(f"bundle written to {bundle} (default fusion weights: no catalog to tune on)")
+        why = "RecoBERT's own score fusion ranks" if recobert else "no catalog to tune on: the metric alone ranks"
+        typer.echo(f"bundle written to {bundle} (no lexical fusion: {why})")
         return
     tuned = tune_weights(settings.catalog, bundle)
     weights = ", ".join(f"{name} {w:g}" for name, w in tuned.weights.items())

@@ -21,6 +21,7 @@ MLM_OBJECTIVES = CATALOG_OBJECTIVES
 # The run folder's layout (docs/training.md), named here so the cheap checks need not import the loop.
 BEST_FOLDER, LAST_FOLDER, HEAD_FOLDER = "best", "last", "mlm_head"
 STATE_FILE, LOG_FILE, CURVES_FILE, TRAINING_FILE = "trainer_state.pt", "train_log.jsonl", "curves.png", "training.json"
+PSEUDO_FILE = "pseudo_matches.jsonl"  # the mined triplets a --pseudo-matches run trains on
 
 
 class TrainConfig(BaseModel):
@@ -39,6 +40,11 @@ class TrainConfig(BaseModel):
     triplets: Path | None = Field(None, description="triplets .csv/.tsv/.jsonl (anchor, positive, negative)")
     base: Path | None = Field(
         None, description="sentence-transformers folder to start from; default: packaged all-MiniLM-L6-v2"
+    )
+    pseudo_matches: Path | None = Field(
+        None,
+        description="metricbert: bundle whose ranking pairs the --catalog's two sources (its `source` column); "
+        "trains on those pseudo-matches and lexical hard negatives instead of title vs description",
     )
 
     seed: int = Field(42, description="seed of data order, masking, mining and dropout")
@@ -110,6 +116,8 @@ class TrainConfig(BaseModel):
         if unused:
             raise ValueError(f"objective {self.objective} does not read {', '.join(unused)}; it trains on {what}")
 
+        if self.pseudo_matches is not None:
+            self._check_pseudo_matches()
         if self.max_steps is None and self.epochs is None and self.time_budget_s is None:
             self.epochs = 1
         if self.objective in MLM_OBJECTIVES:
@@ -136,6 +144,18 @@ class TrainConfig(BaseModel):
                 "encoder trains only after the head-only warm-up"
             )
         return self
+
+    def _check_pseudo_matches(self) -> None:
+        """Pseudo-matches train MetricBERT's triplet loss on mined text triplets: no MLM (it reads a catalog's
+        titles and descriptions, which the triplets are not) and no title variants."""
+        if self.objective != "metricbert":
+            raise ValueError(f"--pseudo-matches trains metricbert, not {self.objective}")
+        if self.mlm_weight:
+            raise ValueError("--pseudo-matches trains on mined triplets, without MLM: leave --mlm-weight unset or 0")
+        given = [f"--{n.replace('_', '-')}" for n in ("title_variants", "mlm_warmup_steps") if getattr(self, n)]
+        if given:
+            raise ValueError(f"{', '.join(given)} applies to a catalog's own titles, not to --pseudo-matches")
+        self.mlm_weight = 0.0
 
     def _margin(self) -> float | None:
         """The margin of the chosen loss: MetricBERT's paper gives none for its triplet loss, so 0.1 on the [0, 1]

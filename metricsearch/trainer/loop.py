@@ -57,11 +57,15 @@ class TrainResult:
     primary: bool = True  # False in the other torchrun processes, which neither evaluate nor save
 
     def summary(self, objective: str) -> str:
-        best = (
-            f"best {self.metric} {self.best_value:.4f} at step {self.best_step}"
-            if self.best_value is not None
-            else "no validation"
-        )
+        if self.best_value is None:
+            best = "no validation"
+        elif self.best_step == 0 and self.steps > 0:  # best/ is then the starting model, which a user must be told
+            best = (
+                f"training never beat the starting model ({self.metric} {self.best_value:.4f} at step 0), so best/ "
+                "holds the starting model"
+            )
+        else:
+            best = f"best {self.metric} {self.best_value:.4f} at step {self.best_step}"
         return f"{objective}: {self.steps} steps in {self.seconds:.0f} s ({self.stopped}); {best} -> {self.best_dir}"
 
 

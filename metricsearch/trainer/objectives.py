@@ -171,7 +171,9 @@ class MetricBERT(_TitleDescriptionObjective):
         angular = config.distance == "angular"
         self.pairwise = losses.pairwise_angular_distance if angular else losses.pairwise_cosine_distance
 
-    def __call__(self, batch: Sequence[Item]) -> BatchLoss:
+    def __call__(self, batch: Sequence[Item | Triplet]) -> BatchLoss:
+        if isinstance(batch[0], Triplet):
+            return self._triplets(batch)
         titles = [i.title for i in batch]
         texts = positive_texts(titles, [i.description for i in batch], self.title_variants, self.generator)
         anchors, positives, mlm_loss = self._encode(titles, texts)
@@ -191,6 +193,31 @@ class MetricBERT(_TitleDescriptionObjective):
             margin_pos, margin_neg = losses.PAIR_MARGINS[self.loss_name]
             similarity = losses.cosine_hinge_loss(cosines[rows, rows], cosines[rows, negatives], margin_pos, margin_neg)
         return _combine(self.loss_name, similarity, self.similarity_weight, mlm_loss, self.mlm_weight)
+
+    def _triplets(self, batch: Sequence[Triplet]) -> BatchLoss:
+        """Mined triplets (`--pseudo-matches`, no MLM): the negative is the hardest of every text in the batch but
+        the anchor's own positive and its copies (the given negatives and the other positives), or with `random`
+        mining the given one, the lexical look-alike."""
+        columns = [_features(self.model, [getattr(t, c) for t in batch]) for c in ("anchor", "positive", "negative")]
+        with self.amp():
+            anchors, positives, negatives = (pool(self.model(c), self.pooling, self.rank_k).float() for c in columns)
+        n = len(batch)
+        distances = self.pairwise(anchors, torch.cat([positives, negatives]))
+        rows = torch.arange(n, device=distances.device)
+        if self.mining == "hardest":
+            texts = [t.positive for t in batch] + [t.negative for t in batch]
+            same = torch.tensor([[text == t.positive for text in texts] for t in batch], device=distances.device)
+            chosen = distances.detach().masked_fill(same, torch.inf).argmin(dim=1)
+        else:
+            chosen = rows + n
+        d_pos, d_neg = distances[rows, rows], distances[rows, chosen]
+        if self.loss_name == "triplet":
+            similarity = losses.triplet_loss(d_pos, d_neg, self.margin)
+        else:
+            cosines = 1.0 - losses.pairwise_cosine_distance(anchors, torch.cat([positives, negatives]))
+            margin_pos, margin_neg = losses.PAIR_MARGINS[self.loss_name]
+            similarity = losses.cosine_hinge_loss(cosines[rows, rows], cosines[rows, chosen], margin_pos, margin_neg)
+        return _combine(self.loss_name, similarity, self.similarity_weight, None, 0.0)
 
 
 class RecoBERT(_TitleDescriptionObjective):

@@ -20,6 +20,7 @@ from metricsearch.trainer.config import (
     HEAD_FOLDER,
     LAST_FOLDER,
     LOG_FILE,
+    PSEUDO_FILE,
     STATE_FILE,
     TrainConfig,
     distributed_env,
@@ -35,8 +36,8 @@ def train(config: TrainConfig) -> TrainResult:
     started = time.perf_counter()
     out = Path(config.out)
     _check_out(out, config.resume)
-    data_file = config.catalog or config.pairs or config.triplets
-    examples = _read_examples(config)
+    data_file = out / PSEUDO_FILE if config.pseudo_matches else config.catalog or config.pairs or config.triplets
+    examples = _read_examples(config, data_file)
     train_examples, held_out = split(examples, config.val_fraction, config.val_max, config.seed, data_file)
 
     # Imported only now: sentence-transformers takes seconds to import, which a mistake above should not wait for.
@@ -67,7 +68,10 @@ def train(config: TrainConfig) -> TrainResult:
         validator = None
         if held_out:
             positives = _held_out_positives(config, held_out)
-            validator = build_validator(config.objective, held_out, config.triplet_distance, pooling, positives)
+            if config.pseudo_matches:  # held-out triplets: is the match nearer than the look-alike?
+                validator = build_validator("sbert-triplet", held_out, "cosine", pooling)
+            else:
+                validator = build_validator(config.objective, held_out, config.triplet_distance, pooling, positives)
         provenance = {
             "objective": config.objective,
             "base_model": PACKAGED_BASE_MODEL if packaged else str(base),
@@ -118,7 +122,14 @@ def _held_out_positives(config: TrainConfig, held_out: list[Any]) -> list[str] |
     return positive_texts(titles, descriptions, config.title_variants, generator)
 
 
-def _read_examples(config: TrainConfig) -> list[Any]:
+def _read_examples(config: TrainConfig, data_file: Path) -> list[Any]:
+    if config.pseudo_matches:
+        if not data_file.is_file():
+            raise TrainerError(
+                f"{data_file} is missing: `metricsearch train --pseudo-matches` mines it with the bundle before "
+                "training (the trainer runs no bundle itself)"
+            )
+        return read_triplets(data_file)
     if config.objective in CATALOG_OBJECTIVES:
         items = read_catalog(config.catalog)
         if config.title_variants:  # an item without a description still has its title variants

@@ -55,6 +55,7 @@ OPTIONS_IN_USE = (
     "pooling",
     "rank-k",
     "resume",
+    "pseudo-matches",
     "bundle",
 )
 
@@ -125,13 +126,15 @@ def test_train_then_export_gives_a_bundle_the_service_loads(run_cli, tmp_path):
     config = write(tmp_path / "train.json", json.dumps({"batch_size": 8, "val_fraction": 0.25, "mlm_warmup_steps": 1}))
     result = run_cli(
         "train", "--objective", "recobert", "--catalog", catalog, "--base", base, "--out", tmp_path / "run",
-        "--config", config, "--max-steps", "3", "--eval-every", "2", "--no-bf16",
+        "--config", config, "--max-steps", "3", "--eval-every", "2", "--no-bf16", "--bundle", tmp_path / "rb",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    summary = result.stdout.strip().splitlines()[-1]
-    assert (
-        summary.startswith("recobert: 3 steps") and "best mrr" in summary and str(tmp_path / "run" / "best") in summary
-    )
+    summary, written = result.stdout.strip().splitlines()[-2:]
+    assert summary.startswith("recobert: 3 steps") and "mrr" in summary and str(tmp_path / "run" / "best") in summary
+    # The bundle is named after the run, not its checkpoint folder (best/), and says what ranks without fusion.
+    manifest = load_bundle(tmp_path / "rb").manifest
+    assert (manifest.name, manifest.metric, manifest.fusion) == ("run", "recobert", None)
+    assert written == f"bundle written to {tmp_path / 'rb'} (no lexical fusion: RecoBERT's own score fusion ranks)"
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     # Options left at their default do not override the config file; those typed do.
     assert (saved["bf16"], saved["batch_size"], saved["val_fraction"], saved["max_steps"]) == (False, 8, 0.25, 3)
@@ -164,3 +167,35 @@ def test_train_with_bundle_exports_and_tunes_on_the_catalog(run_cli, tmp_path):
     assert "kept" in chosen_by and CATALOG_FUSION_RULE in chosen_by  # the start a catalog-trained bundle gets
     assert manifest.fusion.weights == {name: w for name, w in CATALOG_FUSION.items() if w}
     assert "tuned on catalog.jsonl" in result.stdout.strip().splitlines()[-1]
+
+
+def test_train_on_pseudo_matches_mines_them_with_the_bundle_then_trains(run_cli, tmp_path):
+    base, _ = tiny_model_and_catalog(tmp_path)
+    catalog = tmp_path / "two-shops.csv"
+    rows = [f"l{i},{t.split(',')[0]},{t.replace(',', ' ')},left" for i, t in enumerate(CORPUS)]
+    rows += [
+        f"r{i},{' '.join(reversed(t.split(',')[0].split()))},{t.replace(',', ' ')},right" for i, t in enumerate(CORPUS)
+    ]
+    catalog.write_text("id,title,description,source\n" + "\n".join(rows) + "\n")
+    miner = tmp_path / "miner"  # a bundle with fusion weights, which the trained bundle starts from
+    exported = run_cli("export", "--model", base, "--bundle", miner, "--fusion", "default")
+    assert exported.returncode == 0, exported.stderr
+    result = run_cli(
+        "train", "--objective", "metricbert", "--catalog", catalog, "--base", base, "--out", tmp_path / "run",
+        "--pseudo-matches", miner, "--max-steps", "2", "--batch-size", "4", "--val-fraction", "0.25",
+        "--no-bf16", "--bundle", tmp_path / "bundle",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    chosen_by = load_bundle(tmp_path / "bundle").manifest.fusion.chosen_by
+    assert chosen_by.startswith("metricsearch tune, ") and load_bundle(miner).manifest.fusion.chosen_by in chosen_by
+    mined = [line for line in result.stdout.splitlines() if line.startswith("pseudo-matches: ")]
+    assert mined and f"of {len(CORPUS)} x {len(CORPUS)} items" in mined[0]
+    triplets = [json.loads(line) for line in (tmp_path / "run" / "pseudo_matches.jsonl").read_text().splitlines()]
+    assert triplets and set(triplets[0]) == {"anchor", "positive", "negative"}
+    assert "triplet_accuracy" in result.stdout.strip().splitlines()[-2]  # held-out triplets validate the run
+
+    refused = run_cli(
+        "train", "--objective", "metricbert", "--catalog", tmp_path / "catalog.jsonl", "--out", tmp_path / "r2",
+        "--pseudo-matches", miner,
+    )  # fmt: skip
+    assert refused.returncode == 1 and "has no source" in refused.stderr and "Traceback" not in refused.stderr

@@ -44,3 +44,14 @@ def test_title_variants_are_a_metricbert_option():
         TrainConfig(out="o", objective="recobert", catalog="c.csv", title_variants=0.5)
     with pytest.raises(ValueError):
         TrainConfig(out="o", objective="metricbert", catalog="c.csv", title_variants=1.5)
+
+
+def test_pseudo_matches_train_metricbert_without_mlm_or_title_variants():
+    config = TrainConfig(out="o", objective="metricbert", catalog="c.csv", pseudo_matches="bundles/b")
+    assert (config.mlm_weight, config.mlm_warmup_steps, config.title_variants) == (0.0, 0, 0.0)
+    with pytest.raises(ValueError, match="--pseudo-matches trains metricbert, not recobert"):
+        TrainConfig(out="o", objective="recobert", catalog="c.csv", pseudo_matches="b")
+    with pytest.raises(ValueError, match="without MLM"):
+        TrainConfig(out="o", objective="metricbert", catalog="c.csv", pseudo_matches="b", mlm_weight=1.0)
+    with pytest.raises(ValueError, match="--title-variants applies to a catalog's own titles"):
+        TrainConfig(out="o", objective="metricbert", catalog="c.csv", pseudo_matches="b", title_variants=1.0)

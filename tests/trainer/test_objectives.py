@@ -54,6 +54,7 @@ CASES = {
         {"objective": "metricbert", "catalog": "c.csv", "title_variants": 0.5, "mlm_weight": 0},
         ITEMS,
     ),
+    "metricbert-pseudo-matches": ({"objective": "metricbert", "catalog": "c.csv", "pseudo_matches": "b"}, TRIPLETS),
     "recobert": ({"objective": "recobert", "catalog": "c.csv", "mlm_warmup_steps": 0}, ITEMS),
     "sbert-siamese-cosine": ({"objective": "sbert-siamese", "pairs": "p.csv"}, PAIRS),
     "sbert-siamese-euclidean": (
@@ -116,6 +117,32 @@ def test_metricbert_negative_is_the_nearest_other_description(tiny_dir, monkeypa
     for i in range(len(ITEMS)):
         d_neg = min(d[i, j] for j in range(len(ITEMS)) if j != i)
         expected.append(max(0.0, config.margin + d[i, i].item() - d_neg.item()))
+    assert loss == pytest.approx(sum(expected) / len(expected), abs=1e-5)
+
+
+@pytest.mark.parametrize("mining", ["hardest", "random"])
+def test_metricbert_on_mined_triplets_takes_the_hardest_text_but_the_own_positive(tiny_dir, mining):
+    """Hardest: the nearest of the batch's positives and given negatives, never the anchor's positive or a copy of
+    it; random: the given negative."""
+    model = load(tiny_dir)
+    batch = [*TRIPLETS[:4], Triplet(TRIPLETS[4].anchor, TRIPLETS[0].positive, TRIPLETS[4].negative)]
+    config = TrainConfig(out="u", objective="metricbert", catalog="c.csv", pseudo_matches="b", mining=mining)
+    objective = build_objective(config, model, generator=torch.Generator().manual_seed(0), bf16=False)
+    with torch.no_grad():
+        loss = objective(batch).parts["triplet"]
+        a, p, n = (
+            model.encode([getattr(t, c) for t in batch], convert_to_tensor=True)
+            for c in ("anchor", "positive", "negative")
+        )
+    texts = [t.positive for t in batch] + [t.negative for t in batch]
+    d = losses.pairwise_angular_distance(a, torch.cat([p, n]))
+    expected = []
+    for i, t in enumerate(batch):
+        if mining == "hardest":
+            d_neg = min(d[i, j].item() for j, text in enumerate(texts) if text != t.positive)
+        else:
+            d_neg = d[i, len(batch) + i].item()
+        expected.append(max(0.0, config.margin + d[i, i].item() - d_neg))
     assert loss == pytest.approx(sum(expected) / len(expected), abs=1e-5)
 
 
