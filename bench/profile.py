@@ -7,12 +7,15 @@ answer and embedding caches off) while one keep-alive client sends one request a
 py-spy records with --idle and --threads: every thread is sampled at every tick, busy or not, so a stage's samples /
 the rate / the requests served is its milliseconds a request, and the event loop's stages add up to its whole time,
 idle included. A sample's stage is the innermost frame that a stage names (STAGES): a stage is its code's inclusive
-time less the stages nested in it. On a loaded machine a thread waiting for a core is sampled where it stands.
+time less the stages nested in it. The embedded engine is native code, which py-spy samples in the Python frame that
+called it: a sample whose innermost frame is a line calling the shard (ENGINE_CALL) is the engine's. On a loaded
+machine a thread waiting for a core is sampled where it stands.
 """
 
 from __future__ import annotations
 
 import argparse
+import linecache
 import re
 import signal
 import statistics
@@ -43,11 +46,13 @@ def _in(*parts: str) -> Callable[[str], bool]:
     return lambda file: any(part in file for part in parts)
 
 
+ENGINE = "store: qdrant-edge engine (native)"
+ENGINE_CALL = re.compile(r"\bshard\.(query|retrieve|scroll|count|info|update|flush)\(")
+"""A source line that calls the embedded engine (a qdrant_edge.EdgeShard method)."""
 STAGES: list[tuple[str, Callable[[str], bool]]] = [
     ("encoder: tokenizer", _in("tokenizers/")),
     ("encoder: ONNX Runtime or OpenVINO", _in("onnxruntime/", "openvino/")),
     ("encoder: padding, pooling, normalise", _in("metricsearch/encoder")),
-    ("store: qdrant-edge engine", _in("qdrant_edge")),
     ("store: metricsearch's side (service/store/)", _in("metricsearch/service/store/")),
     ("ranking math (metricsearch/core/)", _in("metricsearch/core/")),
     ("HTTP routes and middleware (service/api/)", _in("metricsearch/service/api/", "metricsearch/service/server")),
@@ -93,9 +98,11 @@ class Profile:
 def stage_of(frames: list[tuple[str, str, str]]) -> str:
     if not frames:
         return IDLE
-    func, file, _ = frames[-1]
+    func, file, line = frames[-1]
     if any(func.rpartition(".")[2] == name and file.endswith(path) for name, path in _IDLE_FUNCS):
         return IDLE
+    if line and "metricsearch/service/store/" in file and ENGINE_CALL.search(linecache.getline(file, int(line))):
+        return ENGINE
     for _, file, _ in reversed(frames):
         for name, matches in STAGES:
             if matches(file):

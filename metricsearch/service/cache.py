@@ -5,11 +5,14 @@ objects held from CPython's object sizes, erring high, not exact.
 
 - `EmbeddingCache`: a query text's vector, keyed by (bundle identity, text hash). Encoding is a pure function of
   the bundle and the text, so an entry never goes stale; the hash keeps a 20k-character query from being a key.
-- `AnswerCache`: a finished item-to-item answer (its matches), keyed by (write generation, a fixed-size digest of the
-  normalised request, so a large filter costs its hash, not its size, as a key). Every
-  write bumps the generation *after* it landed, and a reader takes the generation *before* it reads the store, so
-  an answer is only ever found under a generation that no write has followed: one bump retires every older answer
-  at once (they age out of the LRU) with no scan and no window in which a stale answer could be served.
+- `AnswerCache`: a finished item-to-item answer (its matches), keyed by a fixed-size digest of the normalised request
+  (a large filter costs its hash, not its size, as a key), kept until a write can change it. A write that changed only
+  some items' metadata drops the answers that show one of them and those whose filter reads a changed key, through
+  an index of each; any other write (texts, new or deleted items: they move every lexical score, whose idf is the
+  live catalog's) and a statistics re-estimate drop them all. Each change is noted *after* the write landed and
+  counts a generation; a reader takes the generation *before* it reads the store, and `put` keeps its answer only if
+  no change was noted since: a write that raced the read may be missing from it, and the write's check ran before
+  the answer was there to drop. So no answer a write could change outlives the write's acknowledgement.
 - `VectorCache`: the server store's copy of candidates' vectors, keyed by (collection, point id, content hash). A
   collection holds one bundle's vectors, and a point's are a pure function of the bundle and its texts, which the
   hash names, so an entry never goes stale, however many replicas write to the collection: an update changes the
@@ -19,13 +22,13 @@ objects held from CPython's object sizes, erring high, not exact.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Collection, Hashable, Mapping
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import numpy as np
-from cachetools import LRUCache
+from cachetools import Cache, LRUCache
 
 from metricsearch.core.records import Match
 
@@ -40,6 +43,19 @@ ENTRY_OVERHEAD = 200
 """Bytes an entry costs besides its value: key, LRU links, dict slot."""
 
 
+class _ReportingLru(LRUCache):
+    """An LRUCache that tells `on_remove` of every entry it drops, evicted or deleted (popitem deletes too)."""
+
+    def __init__(self, maxsize: int, getsizeof: Callable[[object], int], on_remove: Callable[[Hashable, object], None]):
+        super().__init__(maxsize, getsizeof=getsizeof)
+        self._on_remove = on_remove
+
+    def __delitem__(self, key: Hashable) -> None:
+        value = Cache.__getitem__(self, key)
+        super().__delitem__(key)
+        self._on_remove(key, value)
+
+
 class _Lru(Generic[V]):
     def __init__(
         self,
@@ -48,12 +64,20 @@ class _Lru(Generic[V]):
         sizeof: Callable[[V], int],
         on_hit: Callable[[], None],
         on_miss: Callable[[], None],
+        on_remove: Callable[[Hashable, V], None] | None = None,
     ) -> None:
-        """At most `maxsize` entries and `max_bytes` estimated bytes; either 0 disables the cache."""
-        enabled = maxsize > 0 and max_bytes > 0
-        self._entries: LRUCache[Hashable, V] | None = (
-            LRUCache(max_bytes, getsizeof=lambda v: ENTRY_OVERHEAD + sizeof(v)) if enabled else None
-        )
+        """At most `maxsize` entries and `max_bytes` estimated bytes; either 0 disables the cache. `on_remove` is told
+        of each entry dropped, but not of those `clear` drops."""
+        self._entries: LRUCache[Hashable, V] | None = None
+        if maxsize > 0 and max_bytes > 0:
+
+            def getsizeof(value: V) -> int:
+                return ENTRY_OVERHEAD + sizeof(value)
+
+            reporting = on_remove is not None
+            self._entries = (
+                _ReportingLru(max_bytes, getsizeof, on_remove) if reporting else LRUCache(max_bytes, getsizeof)
+            )
         self._maxsize = maxsize
         self._lock = threading.Lock()
         self._on_hit = on_hit
@@ -118,8 +142,16 @@ class EmbeddingCache(_Lru[np.ndarray]):
         self._put(self._key(text), vector)
 
 
-class AnswerCache(_Lru[list[Match]]):
-    """Item-to-item answers; size 0 disables it (and `generation` still counts writes)."""
+@dataclass(frozen=True)
+class _Answer:
+    matches: list[Match]
+    shown: frozenset[str]
+    filtered_on: frozenset[str]
+
+
+class AnswerCache(_Lru[_Answer]):
+    """Item-to-item answers, each kept until a write can change it; size 0 disables it (and `generation` still counts
+    the changes)."""
 
     def __init__(
         self,
@@ -129,24 +161,76 @@ class AnswerCache(_Lru[list[Match]]):
         *,
         max_bytes: int = 1 << 62,
     ) -> None:
-        super().__init__(maxsize, max_bytes, answer_bytes, on_hit, on_miss)
-        self._counter = itertools.count(1)
+        super().__init__(maxsize, max_bytes, _answer_entry_bytes, on_hit, on_miss, self._unindex)
         self._generation = 0
+        self._showing: dict[str, set[Hashable]] = {}
+        """Item id -> the keys of the answers that show it."""
+        self._filtered: dict[str, set[Hashable]] = {}
+        """Metadata key -> the keys of the answers whose filter reads it."""
 
     @property
     def generation(self) -> int:
-        """Take it before reading the store; an answer put under it is served only until the next write."""
+        """Take it before reading the store: `put` keeps an answer only if no change was noted since."""
         return self._generation
 
-    def bump(self) -> None:
-        """Call after every write has landed in the store (next() on a count is atomic under the GIL)."""
-        self._generation = next(self._counter)
+    def get(self, key: Hashable) -> list[Match] | None:
+        answer = self._get(key)
+        return None if answer is None else answer.matches
 
-    def get(self, generation: int, key: Hashable) -> list[Match] | None:
-        return self._get((generation, key))
+    def put(self, generation: int, key: Hashable, matches: list[Match], filtered_on: Collection[str] = ()) -> None:
+        """Keep `matches`, ranked from what the store held after `generation` was taken; `filtered_on`: the metadata
+        keys the request's filter reads."""
+        if self._entries is None:
+            return
+        answer = _Answer(matches, frozenset(m.id for m in matches), frozenset(filtered_on))
+        with self._lock:
+            if generation != self._generation:  # a write landed meanwhile: this answer may predate it
+                return
+            if key in self._entries:
+                del self._entries[key]
+            try:
+                self._entries[key] = answer
+            except ValueError:  # larger than the whole cache: not kept
+                return
+            while len(self._entries) > self._maxsize:
+                self._entries.popitem()
+            for item_id in answer.shown:
+                self._showing.setdefault(item_id, set()).add(key)
+            for name in answer.filtered_on:
+                self._filtered.setdefault(name, set()).add(key)
 
-    def put(self, generation: int, key: Hashable, answer: list[Match]) -> None:
-        self._put((generation, key), answer)
+    def clear(self) -> None:
+        """After a change that may touch any answer: a write of texts or items, a failed write, new statistics."""
+        with self._lock:
+            if self._entries is not None:
+                self._entries.clear()
+            self._showing.clear()
+            self._filtered.clear()
+            self._generation += 1
+
+    def changed(self, metadata: Mapping[str, Collection[str]]) -> None:
+        """After a write that changed only these items' metadata, each with the keys that changed: their vectors and
+        terms, hence every score and every lexical statistic, are as they were, so only the answers that show one of
+        them (they show its metadata) and those whose filter reads a changed key (an item may pass it now, or no
+        more) can differ from a ranking now."""
+        with self._lock:
+            if self._entries is not None:
+                dropped = set().union(
+                    *(self._showing.get(item_id, ()) for item_id in metadata),
+                    *(self._filtered.get(name, ()) for names in metadata.values() for name in names),
+                )
+                for key in dropped:
+                    del self._entries[key]
+            self._generation += 1
+
+    def _unindex(self, key: Hashable, answer: _Answer) -> None:
+        """Called under the lock for every answer dropped but by `clear`: the indexes hold only answers kept."""
+        for index, names in ((self._showing, answer.shown), (self._filtered, answer.filtered_on)):
+            for name in names:
+                keys = index[name]
+                keys.discard(key)
+                if not keys:
+                    del index[name]
 
 
 class VectorCache(_Lru[dict[str, np.ndarray]]):
@@ -164,6 +248,17 @@ class VectorCache(_Lru[dict[str, np.ndarray]]):
 
 MATCH_BYTES = 500
 """A Match's objects besides its texts and metadata (the dataclass, its score, its field-scores dict)."""
+
+
+INDEXED_BYTES = 150
+"""An id shown or a key filtered on, besides its string: its slot in the answer's frozenset and in an index's set,
+and a share of those sets' own size."""
+SETS_BYTES = 2 * 216
+"""The answer's two frozensets, empty (sys.getsizeof)."""
+
+
+def _answer_entry_bytes(answer: _Answer) -> int:
+    return answer_bytes(answer.matches) + SETS_BYTES + INDEXED_BYTES * (len(answer.shown) + len(answer.filtered_on))
 
 
 def answer_bytes(matches: list[Match]) -> int:

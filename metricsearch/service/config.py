@@ -230,7 +230,10 @@ class Settings(BaseSettings):
     embedding_cache_size: int = Field(10000, ge=0, description="query-text vectors kept in an LRU; 0 = off")
     embedding_cache_mb: float = Field(32, ge=0, description="estimated MB the embedding cache may hold; 0 = off")
     answer_cache_size: int = Field(
-        10000, ge=0, description="/similar-by-id answers kept in an LRU until the next write; 0 = off"
+        10000,
+        ge=0,
+        description="/similar-by-id answers kept in an LRU until a write can change them (a write of metadata alone "
+        "keeps those it cannot); 0 = off",
     )
     answer_cache_mb: float = Field(64, ge=0, description="estimated MB the answer cache may hold; 0 = off")
     workers: int = Field(

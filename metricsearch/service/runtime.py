@@ -19,7 +19,7 @@ from metricsearch.service.cache import AnswerCache, EmbeddingCache
 from metricsearch.service.config import Settings
 from metricsearch.service.engine import Engine, IndexResult, Limits, StoreCalls, vector_schema
 from metricsearch.service.metrics import Metrics
-from metricsearch.service.store import open_store
+from metricsearch.service.store import open_store, store_traits
 from metricsearch.service.store.base import Store
 
 log = logging.getLogger(__name__)
@@ -59,20 +59,23 @@ def open_runtime(settings: Settings, metrics: Metrics) -> Runtime:
         precision=settings.encoder_precision,
         min_overlap=settings.min_neighbour_overlap,
     )
-    # A Qdrant server that is down at start-up is waited for: the service starts unready (/readyz 503) and recovers
-    # when Qdrant answers, so pods need not be started in order.
-    store = open_store(
-        settings,
-        vector_schema(bundle),
-        wait_for_server=True,
-        on_auto_index=lambda outcome: metrics.auto_indexes.labels(outcome).inc(),
-    )
-    traits = store.traits
+    traits = store_traits(settings)
     answers = AnswerCache(
         settings.answer_cache_size if traits.cache_answers else 0,
         *metrics.cache_counters("answer"),
         max_bytes=int(settings.answer_cache_mb * 2**20),
     )
+
+    def auto_indexed(outcome: str) -> None:
+        """A payload index built changes a filtered search's candidates (the exact scan gives way to the index's
+        search), so answers cached before it may differ from what the store now answers."""
+        metrics.auto_indexes.labels(outcome).inc()
+        if outcome == "built":
+            answers.clear()
+
+    # A Qdrant server that is down at start-up is waited for: the service starts unready (/readyz 503) and recovers
+    # when Qdrant answers, so pods need not be started in order.
+    store = open_store(settings, vector_schema(bundle), wait_for_server=True, on_auto_index=auto_indexed)
     batcher = QueryBatcher(
         lambda texts: encoder.encode(texts, batch_size=len(texts)),
         window_s=settings.query_batch_window_ms / 1000,

@@ -1,5 +1,5 @@
 """The query-path caches: bounded LRUs that count hits and misses, an embedding cache keyed by bundle identity, and
-an answer cache retired as a whole by a write's generation bump."""
+an answer cache whose answers a write drops when it can change them, and never keeps one ranked across a write."""
 
 from __future__ import annotations
 
@@ -62,26 +62,61 @@ def test_lru_evicts_the_least_recently_used_and_size_zero_is_off():
     assert off.get("a") is None and not off.enabled
 
 
-def test_a_write_retires_every_earlier_answer():
+def test_clear_drops_every_answer():
     counts = Counts()
     answers = AnswerCache(100, counts.hit, counts.miss)
     before = answers.generation
     answers.put(before, "q1", matches("1"))
     answers.put(before, "q2", matches("2"))
-    assert answers.get(answers.generation, "q1") == matches("1")
-    answers.bump()
+    assert answers.get("q1") == matches("1")
+    answers.clear()
     assert answers.generation != before
-    assert answers.get(answers.generation, "q1") is None and answers.get(answers.generation, "q2") is None
+    assert answers.get("q1") is None and answers.get("q2") is None
     assert (counts.hits, counts.misses) == (1, 2)
 
 
-def test_an_answer_computed_across_a_write_is_never_served():
-    """A reader takes the generation, a write lands and bumps, the reader stores what it read: nobody finds it."""
+def test_a_metadata_change_drops_only_the_answers_it_can_change():
+    """An answer that shows the item (it shows its metadata) and one whose filter reads a changed key go; the rest
+    stay, since the item's vectors and terms, hence every score, are as they were."""
     answers = AnswerCache(100)
     taken = answers.generation
-    answers.bump()  # the write that landed while the reader computed
-    answers.put(taken, "q", matches("stale"))
-    assert answers.get(answers.generation, "q") is None
+    answers.put(taken, "shows x", [*matches("x"), *matches("y")])
+    answers.put(taken, "filtered on stock", matches("y"), ["stock"])
+    answers.put(taken, "filtered on brand", matches("y"), ["brand"])
+    answers.put(taken, "other", matches("z"))
+    answers.changed({"x": {"stock"}})
+    assert answers.get("shows x") is None and answers.get("filtered on stock") is None
+    assert answers.get("filtered on brand") == matches("y") and answers.get("other") == matches("z")
+    answers.changed({"w": set()})  # an item no answer shows, no key changed: nothing goes
+    assert len(answers) == 2
+
+
+def test_an_answer_computed_across_a_write_is_never_kept():
+    """A reader takes the generation, a write lands and drops what it can change, the reader stores what it read
+    (which may predate the write): nobody finds it. A clear, or a change of any item, alike."""
+    for write in (lambda a: a.clear(), lambda a: a.changed({"elsewhere": {"stock"}})):
+        answers = AnswerCache(100)
+        taken = answers.generation
+        write(answers)  # the write that landed while the reader computed
+        answers.put(taken, "q", matches("stale"))
+        assert answers.get("q") is None
+        answers.put(answers.generation, "q", matches("fresh"))
+        assert answers.get("q") == matches("fresh")
+
+
+def test_the_indexes_hold_only_the_answers_kept():
+    """Evicted, replaced and dropped answers leave the id and key indexes, so they stay as small as the cache."""
+    answers = AnswerCache(3)
+    for n in range(20):
+        answers.put(answers.generation, f"q{n}", matches(f"item {n}"), [f"key {n}"])
+    answers.put(answers.generation, "q19", matches("item 99"), ["key 99"])  # replaced
+    answers.changed({"item 18": ()})
+    assert len(answers) == 2
+    assert set(answers._showing) == {"item 17", "item 99"} and set(answers._filtered) == {"key 17", "key 99"}
+    answers.changed({"item 19": {"key 19"}})  # the replaced answer's id and key drop nothing
+    assert len(answers) == 2
+    answers.clear()
+    assert not answers._showing and not answers._filtered
 
 
 def test_batcher_encodes_only_texts_it_has_not_seen():
@@ -131,6 +166,6 @@ def test_caches_are_bounded_by_bytes_too():
     for n in range(20):  # by count these would all fit
         answers.put(0, n, answer(n, 200))
     assert len(answers) == 3 and answers.nbytes <= 4 * answer_bytes(large)
-    assert answers.get(0, 19) is not None and answers.get(0, 0) is None
+    assert answers.get(19) is not None and answers.get(0) is None
     answers.put(0, "huge", answer(99, 5000))  # larger than the whole cache: not kept, nothing else evicted
-    assert answers.get(0, "huge") is None and len(answers) == 3
+    assert answers.get("huge") is None and len(answers) == 3

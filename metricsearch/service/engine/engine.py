@@ -122,7 +122,7 @@ class Engine:
         self.layout = FieldLayout(manifest, encoder)
         lexical = lexical_fields(manifest)
         scores = LexicalScores(lexical, self.layout.fields, store) if lexical else None
-        self.statistics = Statistics(store, self.layout, self.rerank, scores, on_change=self.answers.bump)
+        self.statistics = Statistics(store, self.layout, self.rerank, scores, on_change=self.answers.clear)
         self.indexer = Indexer(
             store,
             encoder,
@@ -131,7 +131,8 @@ class Engine:
             self.statistics,
             limits=limits,
             batch_size=index_batch_size,
-            on_write=self.answers.bump,
+            on_write=self.answers.clear,
+            on_metadata=self.answers.changed,
             on_indexed=on_indexed,
         )
         self.queries = QueryBuilder(store, self.layout, lexical, batcher, timeout_s)
@@ -174,13 +175,13 @@ class Engine:
         return self.ranker.rank([self.queries.of_id(item_id)], k, conditions, [*exclude_ids, item_id])
 
     def _cached(self, item_id: str, k: int, conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> list[Match]:
-        """`similar_to_item`, answered from the answer cache until the next write."""
+        """`similar_to_item`, answered from the answer cache until a write can change the answer (cache.py)."""
         key = answer_key(item_id, k, conditions, exclude_ids)
         generation = self.answers.generation  # before the read: see cache.py
-        matches = self.answers.get(generation, key)
+        matches = self.answers.get(key)
         if matches is None:
             matches = self.similar_to_item(item_id, k, conditions, exclude_ids)
-            self.answers.put(generation, key, matches)
+            self.answers.put(generation, key, matches, [condition.key for condition in conditions])
         return matches
 
     def get(self, item_id: str) -> StoredItem:

@@ -5,7 +5,7 @@ write passes the write gate, so a replica is attached or a store retired between
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -87,10 +87,13 @@ class Indexer:
         limits: Limits | None = None,
         batch_size: int = 64,
         on_write: Callable[[], None] = lambda: None,
+        on_metadata: Callable[[Mapping[str, Collection[str]]], None] | None = None,
         on_indexed: Callable[[IndexResult], None] | None = None,
     ) -> None:
-        """`on_write` runs after every write (or failed write attempt) reached the store: it retires cached answers;
-        `on_indexed` counts what an /index request wrote, for the metrics."""
+        """After each write (or failed write attempt) reached the store, for the cached answers: `on_metadata` with
+        the items whose metadata alone changed, each with its keys that did, where that is all the write changed
+        (their vectors and terms were rewritten as they were); else `on_write`. `on_indexed` counts what an /index
+        request wrote, for the metrics."""
         self.store = store
         self.encoder = encoder
         self.layout = layout
@@ -99,6 +102,7 @@ class Indexer:
         self.limits = limits
         self.batch_size = batch_size
         self._on_write = on_write
+        self._on_metadata = on_metadata or (lambda _changed: on_write())
         self._on_indexed = on_indexed or (lambda _result: None)
         self.writes = WriteGate()
         self.replica: Replica | None = None
@@ -143,6 +147,7 @@ class Indexer:
                 unchanged += 1
 
         records: list[StoredItem] = []
+        changed: dict[str, frozenset[str]] = {}
         if metadata_only:
             kept = self.store.get([i.id for i in metadata_only], with_vectors=True)
             for item in metadata_only:
@@ -151,20 +156,28 @@ class Indexer:
                 old = kept.get(item.id)
                 if old is not None and old.content_hash == content_hash(item.title, item.description):
                     records.append(self._record(item, old.vectors))
+                    changed[item.id] = changed_keys(old.metadata, item.metadata or {})
                 else:
                     to_encode.append(item)
         written = [Item(r.id, r.title, r.description, r.metadata) for r in records] + to_encode
-        self._write(records, to_encode, batch_size)
+        self._write(records, to_encode, batch_size, changed)
         return IndexResult(indexed=len(written), unchanged=unchanged), written
 
-    def _write(self, records: list[StoredItem], to_encode: list[Item], batch_size: int) -> None:
+    def _write(
+        self,
+        records: list[StoredItem],
+        to_encode: list[Item],
+        batch_size: int,
+        changed: Mapping[str, Collection[str]],
+    ) -> None:
         """Upsert `records` and `to_encode` once encoded, in chunks of batch_size x workers items (an encoder call
         or two per worker), each encoded while the one before it is written. Chunks are written in order and nothing
-        after a failure, which leaves what a single upsert's failure leaves: some points written, none acknowledged."""
+        after a failure, which leaves what a single upsert's failure leaves: some points written, none acknowledged.
+        `changed`: the metadata keys changed of each of `records`, which hold the vectors they had."""
         size = batch_size * self.encoder.bulk_workers
         chunks = [to_encode[start : start + size] for start in range(0, len(to_encode), size)]
         if not chunks:
-            self.write(records)
+            self._upsert(records, changed)
             return
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="index-encode") as encoding:
             pending = encoding.submit(self.encode_items, chunks[0], batch_size)
@@ -177,11 +190,22 @@ class Indexer:
 
     def write(self, records: Sequence[StoredItem]) -> None:
         """Upsert records made by `encode_items` as they are (a rollout's copy: no change detection)."""
-        if records:
-            try:
-                self.store.upsert(records)
-            finally:  # a failed upsert may still have written some points
-                self._written(len(records))
+        self._upsert(records, None)
+
+    def _upsert(self, records: Sequence[StoredItem], changed: Mapping[str, Collection[str]] | None) -> None:
+        """`changed`: the metadata keys changed of each record, where that is all they change; None: anything."""
+        if not records:
+            return
+        landed = False
+        try:
+            self.store.upsert(records)
+            landed = True
+        finally:  # a failed upsert may still have written some points
+            self.statistics.written(len(records))
+            if landed and changed is not None:
+                self._on_metadata(changed)
+            else:
+                self._on_write()
 
     def encode_items(self, items: Sequence[Item], batch_size: int) -> list[StoredItem]:
         """Items as the records this store holds: every field encoded, and their lexical vectors."""
@@ -250,3 +274,12 @@ class Indexer:
             if self.replica is not None:
                 self.replica.deleted_where(conditions)
         return deleted
+
+
+def changed_keys(old: Mapping[str, object], new: Mapping[str, object]) -> frozenset[str]:
+    """The metadata keys whose value differs (added and removed ones too), compared as stored (`same_metadata`)."""
+    return frozenset(
+        key
+        for key in old.keys() | new.keys()
+        if key not in old or key not in new or not same_metadata({key: old[key]}, {key: new[key]})
+    )

@@ -7,12 +7,14 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from metricsearch.core.errors import NotFoundError, TimedOutError
 from metricsearch.core.lexical import LexicalFields, SparseVector
 from metricsearch.core.rerank import FieldVectors
 from metricsearch.core.spans import span
 from metricsearch.service.batcher import QueryBatcher
-from metricsearch.service.engine.layout import FieldLayout
+from metricsearch.service.engine.layout import ANN_VECTOR, FieldLayout
 from metricsearch.service.store.base import Store, StoredItem
 
 
@@ -31,6 +33,9 @@ class Query:
 
     vectors: FieldVectors
     terms: dict[str, SparseVector]
+    ann: np.ndarray | None = None
+    """The packed vector the ANN search takes, where it was read with the query (a stored item's): packing the
+    per-field vectors again would redo the indexer's work; None: the ranker packs them."""
 
 
 class QueryBuilder:
@@ -52,11 +57,12 @@ class QueryBuilder:
     def of_item(self, found: StoredItem) -> Query:
         """A stored item (read with its vectors) as a query: its per-field vectors and its lexical vectors."""
         vectors = self.layout.stored_one(found.vectors)
+        ann = found.vectors[ANN_VECTOR]
         if self.lexical is None:
-            return Query(vectors, {})
+            return Query(vectors, {}, ann)
         if found.sparse:  # read back with it (the embedded store): its documents are its field queries
-            return Query(vectors, self.lexical.item_queries(found.title, found.description, found.sparse))
-        return Query(vectors, self.lexical.queries(found.title, found.description))
+            return Query(vectors, self.lexical.item_queries(found.title, found.description, found.sparse), ann)
+        return Query(vectors, self.lexical.queries(found.title, found.description), ann)
 
     def of_id(self, item_id: str) -> Query:
         found = self.store.get([item_id], with_vectors=True).get(item_id)

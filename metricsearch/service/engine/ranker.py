@@ -154,7 +154,7 @@ class Ranker:
         """Search the candidates and score them (module docstring, steps 1 and 2); None when there are none."""
         lexical = self.lexical
         one = positives[0] if len(positives) == 1 and not negatives else None
-        packed = [self.layout.packed(p.vectors) for p in positives]
+        packed = [self.layout.packed(p.vectors) if p.ann is None else p.ann for p in positives]
         ann = packed[0] if len(packed) == 1 else scoring.normalize_rows(np.mean(packed, axis=0)[None])[0]
         # One query's lexical scores come with the search: those the score reads for every candidate, the others
         # for the rows shown after, where the store scores in process and a second call costs little.

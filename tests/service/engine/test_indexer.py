@@ -1,5 +1,6 @@
 """Indexer.index's writes: each chunk of items is encoded while the one before it is written, chunks are written in
-order, and after a failure nothing more is written (embedded store, tiny model)."""
+order, and after a failure nothing more is written; what each write tells the answer cache it changed (embedded
+store, tiny model)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from metricsearch.core.errors import StoreUnavailableError
 from metricsearch.core.records import Item
 from metricsearch.encoder import Encoder
 from metricsearch.service.engine import ANN_VECTOR, Engine, vector_schema
+from metricsearch.service.engine.indexer import changed_keys
 from metricsearch.service.store import EdgeStore
 
 # batch_size 2 x 2 workers: chunks of 4 items, [0-3], [4-7], [8-9].
@@ -86,3 +88,40 @@ def test_after_a_failure_nothing_more_is_written(indexer, monkeypatch, kind, err
     assert CHUNKS[2] not in [ids for e, ids, _ in events if e == "write"]
     if kind == "fail_encode":
         assert CHUNKS[2] not in [ids for e, ids, _ in events if e == "encode"]
+
+
+def test_a_write_of_metadata_alone_names_its_items_and_keys_and_any_other_changes_everything(indexer, monkeypatch):
+    """What the answer cache is told: a write that rewrote only metadata (the texts, hence vectors and terms, as they
+    were) names each item's changed keys; a new item, a new text or a delete may change any answer."""
+    told: list[object] = []
+    monkeypatch.setattr(indexer, "_on_write", lambda: told.append("everything"))
+    monkeypatch.setattr(indexer, "_on_metadata", lambda changed: told.append(dict(changed)))
+    indexer.index(ITEMS[:3])
+    moved = [Item(i.id, i.title, i.description, {"n": i.metadata["n"], "stock": 1}) for i in ITEMS[:2]]
+    indexer.index([*moved, ITEMS[2]])  # the third unchanged: no write of it
+    indexer.index([Item("i0", "item 0 new title", "", {"n": 5})])  # a new text, and new metadata
+    indexer.index(moved[1:])  # written as it is stored: nothing to tell
+    indexer.delete("i1")
+    assert told == ["everything", {"i0": {"stock"}, "i1": {"stock"}}, "everything", "everything"]
+
+
+def test_a_failed_write_of_metadata_changes_everything(indexer, monkeypatch):
+    """A failed upsert may have written some points, of which nothing is known."""
+    indexer.index(ITEMS[:1])
+    told: list[object] = []
+    monkeypatch.setattr(indexer, "_on_write", lambda: told.append("everything"))
+    monkeypatch.setattr(indexer, "_on_metadata", lambda changed: told.append(dict(changed)))
+
+    def failing(records):
+        raise StoreUnavailableError("the store failed", 1)
+
+    monkeypatch.setattr(indexer.store, "upsert", failing)
+    with pytest.raises(StoreUnavailableError):
+        indexer.index([Item("i0", ITEMS[0].title, ITEMS[0].description, {"n": 1})])
+    assert told == ["everything"]
+
+
+def test_changed_keys_compare_values_as_stored():
+    assert changed_keys({"a": 1, "b": [1, 2], "c": "x"}, {"a": 1, "b": [1, 2], "c": "x"}) == frozenset()
+    assert changed_keys({"a": 1, "b": True}, {"a": 1.0, "b": 1}) == {"a", "b"}  # types count, as the store keeps them
+    assert changed_keys({"gone": 1, "kept": {"x": 1}}, {"kept": {"x": 2}, "new": None}) == {"gone", "kept", "new"}

@@ -10,7 +10,7 @@ import pytest
 
 from metricsearch.core.errors import NotFoundError, TimedOutError
 from metricsearch.service.engine import TextQuery
-from metricsearch.service.engine.queries import QueryBuilder
+from metricsearch.service.engine.queries import Query, QueryBuilder
 
 
 def test_the_texts_a_text_query_encodes(engine):
@@ -47,3 +47,13 @@ def test_a_text_query_waits_no_longer_than_the_request_timeout(engine):
     queries = QueryBuilder(engine.store, engine.layout, None, _StuckBatcher(), timeout_s=0.05)
     with pytest.raises(TimedOutError, match="MS_REQUEST_TIMEOUT_S"):
         asyncio.run(queries.of_texts([TextQuery(text="red shirt")]))
+
+
+def test_a_stored_item_s_query_searches_with_its_stored_ann_vector(engine):
+    """The packed vector the indexer stored is the ANN query of a query by id: the same ranking as packing its
+    per-field vectors again, without the work."""
+    stored = engine.queries.of_id("shirt")
+    np.testing.assert_array_equal(stored.ann, engine.store.get(["shirt"], with_vectors=True)["shirt"].vectors["ann"])
+    np.testing.assert_allclose(stored.ann, engine.layout.packed(stored.vectors), atol=1e-6)
+    repacked = engine.ranker.rank([Query(stored.vectors, stored.terms)], 3, exclude_ids=["shirt"])
+    assert engine.ranker.rank([stored], 3, exclude_ids=["shirt"]) == repacked

@@ -73,3 +73,23 @@ def test_open_store_without_url_is_embedded(tmp_path, items):
     finally:
         store.close()
     assert json.loads((tmp_path / "things" / layout.SIDECAR).read_text())["identity"] == SCHEMA.identity
+
+
+def test_an_item_read_with_its_vectors_has_those_a_search_ranks_it_by(tmp_path, items):
+    """A query by id compares its item with candidates read from the in-memory copy, so the item's own vectors come
+    from there too (not the engine's, which differ in the last bit): an item equals itself as a candidate."""
+    store = EdgeStore(tmp_path / "s", SCHEMA)
+    store.upsert(items(range(20)))
+    store.upsert(items(range(3), seed=1, version=1))  # replaced: the copy holds the new version
+    ids = [f"item-{n}" for n in range(20)]
+    read = store.get([*ids, "nope"], with_vectors=True)
+    assert read.keys() == set(ids)
+    for item_id, item in read.items():
+        found = store.search(item.vectors[SCHEMA.ann], 20)
+        at = found.ids.index(item_id)
+        for name, vector in item.vectors.items():
+            assert vector.dtype == np.float32
+            np.testing.assert_array_equal(vector, found.vectors[name][at])
+    assert read["item-1"].content_hash == items(range(3), seed=1, version=1)[1].content_hash
+    assert store.get(["item-1"])["item-1"].vectors == {}
+    store.close()
