@@ -13,9 +13,17 @@ import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from metricsearch.core.errors import BundleError, ExportError
 
@@ -162,9 +170,58 @@ class LexicalSpec(_Strict):
         "sublinear-tf-l2/v1",
         description="term weights 1 + ln tf, L2-normalised per text; the store multiplies by idf at query time",
     )
+    ngrams: Literal["char-wb-3grams/v1"] | None = Field(
+        None,
+        description="the analyzer of the character n-gram vectors stored beside the words' (components ngrams_<field>, "
+        "weighted as the words): each word's 3-grams, padded with a space, as scikit-learn's char_wb; none: words "
+        "alone",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_absent_ngrams(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A manifest without n-grams is written, and its stores identified (`Bundle.identity`), as before they
+        existed: the stores it built stay valid and an older service still reads it."""
+        dumped = handler(self)
+        if self.ngrams is None:
+            dumped.pop("ngrams", None)
+        return dumped
 
 
-FUSION_COMPONENTS = ("title", "description", "lexical_title", "lexical_description", "lexical_text", "lexical_codes")
+FUSION_COMPONENTS = (
+    "title",
+    "description",
+    "lexical_title",
+    "lexical_description",
+    "lexical_text",
+    "lexical_codes",
+    "ngrams_title",
+    "ngrams_description",
+    "ngrams_text",
+)
+
+
+class AdaptiveFusionSpec(_Strict):
+    """A label-free rule that chooses the fusion weights on the catalog served (core/fusion.py's AgreementRule): each
+    component's neighbour agreement with the others on the catalog's own items, where the catalog holds
+    near-duplicates, mapped to weights; elsewhere the fixed `weights`."""
+
+    components: list[str] = Field(min_length=1, description="the components the rule may weigh")
+    floor: float = Field(ge=0.0, le=1.0, description="agreement below which a component weighs 0")
+    power: float = Field(gt=0.0, description="w = max(agreement - floor, 0) ** power, the largest scaled to 1")
+    gate: float = Field(
+        ge=0.0, le=1.0, description="near-duplicate agreement below which the fixed weights are used instead"
+    )
+    chosen_by: str = Field("", description="how the rule's parameters were chosen")
+
+    @model_validator(mode="after")
+    def _known(self) -> AdaptiveFusionSpec:
+        unknown = sorted(set(self.components) - set(FUSION_COMPONENTS))
+        if unknown or len(set(self.components)) != len(self.components):
+            raise ValueError(
+                f"fusion.adaptive.components must name each of {', '.join(FUSION_COMPONENTS)} at most once, got "
+                f"{self.components}"
+            )
+        return self
 
 
 class FusionSpec(_Strict):
@@ -172,10 +229,15 @@ class FusionSpec(_Strict):
 
     weights: dict[str, float] = Field(
         description="weight >= 0 of each component: title, description (the learned metric per field), "
-        "lexical_title, lexical_description, lexical_text (TF-IDF cosine per field and over the whole text)"
+        "lexical_title, lexical_description, lexical_text (TF-IDF cosine per field and over the whole text), "
+        "lexical_codes (model numbers), ngrams_title, ngrams_description, ngrams_text (character 3-grams, with "
+        "lexical.ngrams); with `adaptive`, the weights wherever its rule does not choose"
     )
     chosen_by: str = Field(
         "", description="how the weights were chosen (rule, self-supervised signals or labelled pairs)"
+    )
+    adaptive: AdaptiveFusionSpec | None = Field(
+        None, description="a rule that chooses the weights on the catalog served, without labels; none: `weights`"
     )
 
     @model_validator(mode="after")
@@ -186,6 +248,14 @@ class FusionSpec(_Strict):
         if any(w < 0 for w in self.weights.values()) or not any(w > 0 for w in self.weights.values()):
             raise ValueError("fusion weights must be >= 0, at least one > 0")
         return self
+
+    @model_serializer(mode="wrap")
+    def _without_absent_rule(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A fusion without a rule is written as before rules existed, so an older service still reads it."""
+        dumped = handler(self)
+        if self.adaptive is None:
+            dumped.pop("adaptive", None)
+        return dumped
 
 
 class Provenance(_Strict):
@@ -243,6 +313,11 @@ class Manifest(_Strict):
             raise ValueError(problem)
         if self.fusion is not None and (self.lexical is None or self.metric == "recobert"):
             raise ValueError("fusion needs lexical vectors and metric 'angular' or 'frobenius'")
+        if self.fusion is not None and self.lexical.ngrams is None:
+            named = {name for name, w in self.fusion.weights.items() if w > 0}
+            named |= set(self.fusion.adaptive.components) if self.fusion.adaptive else set()
+            if any(name.startswith("ngrams_") for name in named):
+                raise ValueError("fusion names ngrams_* components, which need lexical.ngrams 'char-wb-3grams/v1'")
         if self.metric == "recobert" and [(f.name, f.weight > 0) for f in self.fields] != [
             ("title", True),
             ("description", True),

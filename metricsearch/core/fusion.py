@@ -12,10 +12,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from metricsearch.core.records import point_id
+
+if TYPE_CHECKING:
+    from metricsearch.core.bundle import AdaptiveFusionSpec
 
 EPS = 1e-9
 STATS_SAMPLE = 200
@@ -56,11 +60,15 @@ TITLE_OF = {"description": "title", "lexical_description": "lexical_title", "ngr
 
 @dataclass(frozen=True)
 class ComponentStats:
-    """Mean and standard deviation of each component over `pairs` sampled (item, other item) pairs."""
+    """Mean and standard deviation of each component over `pairs` sampled (item, other item) pairs; for a bundle with
+    an adaptive rule, the fusion `weights` the rule chose on the same catalog and why (`chosen_by`), kept together so
+    a ranking never pairs one estimate's statistics with another's weights."""
 
     mean: Mapping[str, float]
     std: Mapping[str, float]
     pairs: int
+    weights: Mapping[str, float] | None = None
+    chosen_by: str = ""
 
     @classmethod
     def estimate(cls, components: Mapping[str, np.ndarray]) -> ComponentStats:
@@ -127,10 +135,23 @@ def _zscore_rows(components: Mapping[str, np.ndarray], stats: ComponentStats) ->
 
 AGREEMENT_SAMPLE = 500
 """Items whose nearest neighbours measure each component's agreement (the first by point id, as `stats_sample`)."""
+AGREEMENT_MIN_ITEMS = 50
+"""Fewer sampled items than this keep the bundle's fixed weights: a handful of items' nearest neighbours measure
+nothing (six items of the docs' worked example measured near-duplicates 0.667)."""
+AGREEMENT_CANDIDATES = 100
+"""The nearest items by the ANN vector each sampled item's agreement is measured over (as many as a by-id query
+with the default MS_CANDIDATES_MIN reranks): the service asks its store, the evaluation cuts the whole catalog the
+same way (evaluation/adaptation.py), so both choose the same weights. Nearest by the ANN vector alone, not with the
+lexical prefetch a query adds: the embedded store's sparse prefetch does not return exactly the best TF-IDF matches
+that its own lexical scores rank, so no evaluation could reproduce it. Against the agreement over every item, this
+cut moved MRR by 0.001 at most on the three shared pairs (Abt-Buy 0.9496 against 0.9507)."""
 
 
 def neighbour_agreement(
-    z: Mapping[str, np.ndarray], own: Sequence[int], against: Mapping[str, Sequence[str]] | None = None
+    z: Mapping[str, np.ndarray],
+    own: Sequence[int],
+    against: Mapping[str, Sequence[str]] | None = None,
+    candidates: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Per component, how often its nearest neighbour of an item is the nearest under the other components together:
     a field that names the same item as the rest of the evidence ranks on what items share (a product's model number,
@@ -140,12 +161,18 @@ def neighbour_agreement(
     `own`: each row's own column, left out. Measured over the rows where both the component and the others tell items
     apart; one that tells none apart (an empty or constant field, a catalog of one item) agrees 0. In the others' sum
     an unknown score is an average pair's 0, as in `fuse`. `against`: the components a component is compared with,
-    where not all the others."""
+    where not all the others. `candidates`: a (rows, columns) mask of each row's candidates, where a row is compared
+    with some items only (the service's); the others take no part, as the own column."""
     rows = np.arange(len(own))
+    outside = np.zeros(np.shape(next(iter(z.values()))), dtype=bool) if z else None
+    if outside is not None:
+        outside[rows, own] = True
+        if candidates is not None:
+            outside |= ~np.asarray(candidates, dtype=bool)
     scored = {}
     for name, values in z.items():
         values = np.array(values, dtype=np.float64)
-        values[rows, own] = np.nan
+        values[outside] = np.nan
         scored[name] = values
     agreement = {}
     for name, values in scored.items():
@@ -157,7 +184,7 @@ def neighbour_agreement(
             agreement[name] = 0.0
             continue
         rest = sum(np.nan_to_num(scored[other], nan=0.0) for other in others)
-        rest[rows, own] = np.nan
+        rest[outside] = np.nan
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             informative &= np.nanmax(rest, axis=1, initial=-np.inf) > np.nanmin(rest, axis=1, initial=np.inf)
@@ -185,17 +212,46 @@ class CatalogAgreement:
     """What a catalog's own items say about its components (no label read): each component's `neighbour_agreement`
     with the others, and `near_duplicates`, the learned title's agreement with the lexical components alone: high
     where the catalog lists the same things twice (two shops' listings, a paper's records), low for a set of distinct
-    sentences, where the learned metric should lead (STS-benchmark)."""
+    sentences, where the learned metric should lead (STS-benchmark). `sampled`: the items measured."""
 
     components: Mapping[str, float]
     near_duplicates: float
+    sampled: int
 
 
-def catalog_agreement(z: Mapping[str, np.ndarray], own: Sequence[int]) -> CatalogAgreement:
+def catalog_agreement(
+    z: Mapping[str, np.ndarray], own: Sequence[int], candidates: np.ndarray | None = None
+) -> CatalogAgreement:
     """`neighbour_agreement` of every component in `z`, and the near-duplicate agreement of its title."""
     lexical = [name for name in LEXICAL_COMPONENTS if name in z]
-    near = neighbour_agreement(z, own, {"title": lexical})["title"] if "title" in z and lexical else 0.0
-    return CatalogAgreement(neighbour_agreement(z, own), near)
+    near = neighbour_agreement(z, own, {"title": lexical}, candidates)["title"] if "title" in z and lexical else 0.0
+    return CatalogAgreement(neighbour_agreement(z, own, candidates=candidates), near, len(own))
+
+
+def candidate_agreement(
+    rows: Sequence[Mapping[str, np.ndarray]],
+    ids: Sequence[Sequence[str]],
+    stats: ComponentStats,
+    names: Sequence[str],
+) -> CatalogAgreement:
+    """The agreement of the components in `names` from each sampled item's components over its own candidates (the
+    item itself not among them; `ids`: theirs), standardised with the catalog's statistics: the one measure the
+    service and the evaluation share. Each row's candidates are put in id order first, so equal scores (items with
+    equal texts) name the same nearest whichever order the candidates came in. No row, or no candidate at all,
+    agrees on nothing."""
+    width = max((len(row_ids) for row_ids in ids), default=0)
+    if not width:
+        return CatalogAgreement(dict.fromkeys(names, 0.0), 0.0, 0)
+    # One column more than the widest row's candidates: each row's own column, which takes no part.
+    mask = np.zeros((len(rows), width + 1), dtype=bool)
+    padded = {name: np.full(mask.shape, np.nan) for name in names if any(name in row for row in rows)}
+    for n, (row, row_ids) in enumerate(zip(rows, ids, strict=True)):
+        order = sorted(range(len(row_ids)), key=row_ids.__getitem__)
+        mask[n, : len(order)] = True
+        for name, values in row.items():
+            if name in padded:
+                padded[name][n, : len(order)] = np.asarray(values)[order]
+    return catalog_agreement(standardized(padded, stats), [width] * len(rows), mask)
 
 
 @dataclass(frozen=True)
@@ -211,10 +267,20 @@ class AgreementRule:
     rule: str
     """How the parameters were chosen, for the manifest's `chosen_by`."""
 
+    @classmethod
+    def of(cls, spec: AdaptiveFusionSpec) -> AgreementRule:
+        """From a manifest's `fusion.adaptive`."""
+        return cls(tuple(spec.components), spec.floor, spec.power, spec.gate, spec.chosen_by)
+
     def weights(self, agreement: CatalogAgreement, fallback: Mapping[str, float]) -> tuple[dict[str, float], str]:
         """The weights for a catalog of this agreement, and why. `fallback` (the bundle's fixed weights) where the
         catalog holds no near-duplicates, or where no component agrees above the floor (a catalog of one item, or
         whose fields tell none apart), so the choice is always a valid weighting."""
+        if agreement.sampled < AGREEMENT_MIN_ITEMS:
+            return dict(fallback), (
+                f"the bundle's weights: {agreement.sampled} items measured, fewer than the {AGREEMENT_MIN_ITEMS} the "
+                "rule needs to tell which fields agree"
+            )
         if agreement.near_duplicates < self.gate:
             return dict(fallback), (
                 f"the bundle's weights: the learned title and the lexical scores name the same nearest item for "
@@ -242,4 +308,4 @@ AGREEMENT_FUSION = AgreementRule(
         "leave-one-pair-out, keeping STS-benchmark's Spearman at the default's"
     ),
 )
-"""The label-free adaptive fusion rule; not served yet (docs/evaluation.md)."""
+"""The label-free adaptive fusion rule that `metricsearch export` writes into the packaged bundle (docs/bundle.md)."""

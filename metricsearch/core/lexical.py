@@ -19,6 +19,10 @@ On the packaged model it lifted the lexical score alone from 0.871 to 0.920 MRR 
 from 0.911 to 0.929 on Walmart-Amazon (EVALUATION.md, "Choices behind the defaults"). A v1 bundle keeps v1, so the
 stores built with it stay valid.
 
+A manifest that names an n-gram analyzer (`lexical.ngrams`) also stores each field's character 3-grams beside its
+words (`ngrams_<field>`, weighted and scored the same way, ids hashed the same way): they match a word spelt or split
+differently, where words need the exact term.
+
 Why not BM25 (Robertson and Zaragoza, 2009): it scores a short query against documents; here an item is compared with
 items, and BM25's unnormalised sums let long descriptions win. Measured with this analyzer on both catalog pairs
 (EVALUATION.md, "Catalog matching"), the normalised score over the whole text beat BM25 per field and over the
@@ -338,7 +342,10 @@ class LexicalFields:
 
 
 def lexical_fields(manifest: Manifest) -> LexicalFields | None:
-    """The bundle's lexical fields (the fields it embeds, and the whole text); None without lexical vectors."""
-    if manifest.lexical is None:
+    """The bundle's lexical fields (the fields it embeds, and the whole text), with their character n-grams where
+    the manifest names an n-gram analyzer; None without lexical vectors."""
+    lexical = manifest.lexical
+    if lexical is None:
         return None
-    return LexicalFields([f.name for f in manifest.fields if f.weight > 0], manifest.lexical.analyzer == CODE_STEMS)
+    fields = [f.name for f in manifest.fields if f.weight > 0]
+    return LexicalFields(fields, lexical.analyzer == CODE_STEMS, ngrams=lexical.ngrams is not None)

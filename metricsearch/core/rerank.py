@@ -13,7 +13,7 @@ import numpy as np
 
 from metricsearch.core import scoring, second_order
 from metricsearch.core.bundle import Manifest
-from metricsearch.core.fusion import ComponentStats, fuse, zscores
+from metricsearch.core.fusion import AgreementRule, ComponentStats, fuse, zscores
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,17 @@ class Reranker:
         self.weights = [f.weight for f in manifest.fields if f.weight > 0]
         self.lambdas = manifest.recobert_lambdas
         self.fusion = manifest.fusion.weights if manifest.fusion else None
-        self.scored = frozenset(name for name, w in (self.fusion or {}).items() if w > 0)
-        """The components a score reads beyond the metric's own: a fused bundle's weighted ones. The others are shown
-        only, so a service computes them for the rows it shows, not for every candidate."""
+        """The manifest's fixed fusion weights; with `rule`, those used until (or where) the rule chooses."""
+        adaptive = manifest.fusion.adaptive if manifest.fusion else None
+        self.rule = None if adaptive is None else AgreementRule.of(adaptive)
+        """The label-free rule that chooses the weights on the catalog (the statistics carry its choice)."""
+        weighable = {name for name, w in (self.fusion or {}).items() if w > 0} | set(
+            adaptive.components if adaptive else ()
+        )
+        self.scored = frozenset(weighable)
+        """The components a score may read beyond the metric's own: a fused bundle's weighted ones and every one its
+        rule may weigh. The others are shown only, so a service computes them for the rows it shows, not for every
+        candidate."""
 
     @property
     def needs_stats(self) -> bool:
@@ -70,12 +78,19 @@ class Reranker:
         if self.fusion is not None:
             if stats is None or lexical is None:
                 raise ValueError("a fused rerank needs the candidates' lexical scores and the catalog's statistics")
-            scores = fuse(components, stats, self.fusion)
+            scores = fuse(components, stats, self.fusion_weights(stats))
         if self.metric == "recobert" and stats is not None:
             z = zscores({name: components[name] for name in scoring.RECOBERT_PARTS}, stats)
             scores = sum(w * z[name] for w, name in zip(self.lambdas, scoring.RECOBERT_PARTS, strict=True))
         shown = {name: v for name, v in components.items() if name not in scoring.RECOBERT_PARTS}
         return Reranked(scores, shown)
+
+    def fusion_weights(self, stats: ComponentStats | None) -> Mapping[str, float] | None:
+        """The weights a fused score uses: those the rule chose on the catalog the statistics were estimated on, else
+        the manifest's."""
+        if self.rule is not None and stats is not None and stats.weights is not None:
+            return stats.weights
+        return self.fusion
 
     def metric_scores(
         self, query: FieldVectors, candidates: FieldVectors, lexical: Mapping[str, np.ndarray] | None = None

@@ -21,6 +21,7 @@ from metricsearch.core.lexical import WHOLE_TEXT, LexicalFields, SparseVector, d
 from metricsearch.core.records import Item
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.encoder import Encoder
+from metricsearch.evaluation.adaptation import adapted_stats
 from metricsearch.evaluation.datasets import EvalData
 
 Inference = Literal["served", "metric-two", "mean"]
@@ -97,8 +98,8 @@ class BundleScorer:
         queries, candidates, lexical = self.prepare(data)
         if self.rerank.fusion is None:
             return np.stack([self.rerank(q, candidates, _row(lexical, i)).scores for i, q in enumerate(queries)])
-        stats = self.stats(data.candidates, candidates)
-        return fuse(self.components(queries, candidates, lexical), stats, self.rerank.fusion)
+        stats = adapted_stats(self, data.candidates, candidates, self.stats(data.candidates, candidates))
+        return fuse(self.components(queries, candidates, lexical), stats, self.rerank.fusion_weights(stats))
 
     def prepare(self, data: EvalData) -> tuple[list[FieldVectors], FieldVectors, dict[str, np.ndarray] | None]:
         """The task's queries and candidates as the service holds them, and each pair's lexical scores."""

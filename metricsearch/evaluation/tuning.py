@@ -6,11 +6,13 @@ Two self-supervised signals come from the catalog itself, and neither reads a la
   words), whose one relevant item is the item it was made from;
 - code pairs: two items that alone in the catalog share a model or part number (core/lexical.py's codes, 4
   characters or more), each the other's match, asked by id as a product page asks.
-A weighting replaces the bundle's (DEFAULT_FUSION for a bundle without) only when it beats them on every signal by
-PSEUDO_MARGIN MRR. Each signal alone is biased: pseudo-queries are easy (every weighting ranks them at MRR
-0.98-0.99) and code pairs share a code by construction, so each prefers weights that did worse on the gold matches of
-both catalog pairs (EVALUATION.md, "Choices behind the defaults"). With labelled pairs (ids of the catalog: each left
-item's matches), those rank instead, and the best weights win outright. Either way the components are z-normalised
+A weighting replaces the bundle's (DEFAULT_FUSION for a bundle without; for a bundle with an adaptive rule, the
+weights its rule chooses on this catalog, evaluation/adaptation.py) only when it beats them on every signal by
+PSEUDO_MARGIN MRR; else the bundle's fusion, rule and all, is kept. Each signal alone is biased: pseudo-queries are
+easy (every weighting ranks them at MRR 0.98-0.99) and code pairs share a code by construction, so each prefers
+weights that did worse on the gold matches of both catalog pairs (EVALUATION.md, "Choices behind the defaults"). With
+labelled pairs (ids of the catalog: each left item's matches), those rank instead, and the best weights win outright,
+as fixed weights in place of any rule. Either way the components are z-normalised
 with the catalog's statistics as the service computes them, so the weights mean the same wherever the bundle is served.
 
 Written by hand: the grid search is a few lines over precomputed z-score matrices.
@@ -29,10 +31,11 @@ from tqdm import tqdm
 from metricsearch.core.augment import title_variant
 from metricsearch.core.bundle import FUSION_COMPONENTS, FusionSpec, load_bundle, write_manifest
 from metricsearch.core.errors import InvalidInputError
-from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE, zscores
+from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE, AgreementRule, zscores
 from metricsearch.core.lexical import code_terms
 from metricsearch.core.readers import read_catalog_list, records
 from metricsearch.core.records import Item
+from metricsearch.evaluation.adaptation import adapted_weights
 from metricsearch.evaluation.datasets import EvalData
 from metricsearch.evaluation.scorers import BundleScorer
 
@@ -198,21 +201,28 @@ def tune(
     tried = [w for w in weightings(names) if admissible is None or admissible(w)]
     if not tried:
         raise InvalidInputError("no weighting passes the admissibility check")
-    weights = loaded.manifest.fusion.weights if loaded.manifest.fusion else DEFAULT_FUSION
+    fusion = loaded.manifest.fusion
+    weights = fusion.weights if fusion else DEFAULT_FUSION
+    adaptive = fusion.adaptive if fusion else None
+    if adaptive is not None:  # what the service would rank this catalog with
+        weights, _ = adapted_weights(BundleScorer(bundle), items, AgreementRule.of(adaptive), weights)
     current = {n: w for n, w in weights.items() if n in names and w > 0}
     before = per_signal(current) if current else dict.fromkeys(signals, 0.0)
     scored = [(per_signal(w), w) for w in tqdm(tried, desc="weightings", leave=False)]
     best_mrr, best, gain = agreed_best(scored, before)
+    rule = "its adaptive rule's choice on this catalog" if adaptive is not None else "it"
     if pairs is None and current and gain < margin:
         best, best_mrr = current, before
-        chosen_by = f"metricsearch tune, {how}: kept, MRR {_listed(before)}; no weighting beat it by {margin} " + (
-            f"on every signal ({loaded.manifest.fusion.chosen_by})"
-            if loaded.manifest.fusion
-            else f"on every signal ({DEFAULT_FUSION_RULE})"
+        chosen_by = (
+            f"metricsearch tune, {how}: kept {rule}, MRR {_listed(before)}; no weighting beat it by {margin} "
+            + (f"on every signal ({fusion.chosen_by})" if fusion else f"on every signal ({DEFAULT_FUSION_RULE})")
         )
+        spec = FusionSpec(weights=best if adaptive is None else fusion.weights, chosen_by=chosen_by, adaptive=adaptive)
     else:
-        chosen_by = f"metricsearch tune, {how}: MRR {_listed(best_mrr)} (was {_listed(before)})"
-    manifest = loaded.manifest.model_copy(update={"fusion": FusionSpec(weights=best, chosen_by=chosen_by)})
+        chosen_by = f"metricsearch tune, {how}: MRR {_listed(best_mrr)} (was {_listed(before)}"
+        chosen_by += ", its adaptive rule's choice, which these fixed weights replace)" if adaptive else ")"
+        spec = FusionSpec(weights=best, chosen_by=chosen_by)
+    manifest = loaded.manifest.model_copy(update={"fusion": spec})
     write_manifest(manifest, loaded.path)
     load_bundle(bundle)  # what was written validates
     return Tuned(best, best_mrr, before, len(data.queries), chosen_by)

@@ -32,6 +32,7 @@ from tokenizers import Tokenizer
 
 from metricsearch.core.base_model import PACKAGED_BASE_MODEL, PACKAGED_MODEL_NAME, packaged_model_dir
 from metricsearch.core.bundle import (
+    AdaptiveFusionSpec,
     EncoderSpec,
     FieldSpec,
     FusionSpec,
@@ -45,7 +46,7 @@ from metricsearch.core.bundle import (
     write_manifest,
 )
 from metricsearch.core.errors import ExportError
-from metricsearch.core.fusion import DEFAULT_FUSION, DEFAULT_FUSION_RULE
+from metricsearch.core.fusion import AGREEMENT_FUSION, DEFAULT_FUSION, DEFAULT_FUSION_RULE
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ def export_bundle(
         raise ExportError(f"max_seq_length {seq_len} must be between 1 and the model's {positions} positions")
     try:  # before the export, so a bad name or weight fails in a second, not after the graph is written
         manifest = Manifest(
-            name=name or (PACKAGED_MODEL_NAME if packaged else _slug(model_dir.resolve().name)),
+            name=name or (PACKAGED_MODEL_NAME if packaged else _run_name(model_dir)),
             encoder=EncoderSpec(
                 file=ENCODER_FILE,
                 inputs=_input_names(transformer),
@@ -201,9 +202,17 @@ def export_bundle(
 
 
 def _fusion(given: FusionSpec | None, packaged_default: bool) -> FusionSpec | None:
+    """The fusion given, else for the packaged model DEFAULT_FUSION with AGREEMENT_FUSION, the label-free rule that
+    chooses the weights on the catalog served where it holds near-duplicates (DEFAULT_FUSION elsewhere)."""
     if given is not None:
         return given
-    return FusionSpec(weights=dict(DEFAULT_FUSION), chosen_by=DEFAULT_FUSION_RULE) if packaged_default else None
+    if not packaged_default:
+        return None
+    rule = AGREEMENT_FUSION
+    adaptive = AdaptiveFusionSpec(
+        components=list(rule.components), floor=rule.floor, power=rule.power, gate=rule.gate, chosen_by=rule.rule
+    )
+    return FusionSpec(weights=dict(DEFAULT_FUSION), chosen_by=DEFAULT_FUSION_RULE, adaptive=adaptive)
 
 
 def unsupported_structure(model: SentenceTransformer) -> str | None:
@@ -336,6 +345,16 @@ def _export_onnx(
     exported = [i.name for i in graph.input]
     if exported != input_names or [o.name for o in graph.output] != [output]:
         raise ExportError(f"exported graph takes {exported}, expected {input_names}: the model ignores an input")
+
+
+RUN_FOLDERS = ("best", "last")
+"""The model folders a training run writes (trainer/loop.py): a bundle exported from one is named after the run."""
+
+
+def _run_name(model_dir: Path) -> str:
+    """The bundle's default name: the model folder's, or its run's for a run's `best/` or `last/`."""
+    folder = model_dir.resolve()
+    return _slug(folder.parent.name if folder.name in RUN_FOLDERS else folder.name)
 
 
 def _slug(folder_name: str) -> str:

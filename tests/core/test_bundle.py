@@ -142,3 +142,56 @@ def test_missing_encoder_file_is_named(tiny_bundle, tmp_path):
     (bundle / "encoder.onnx").unlink()
     with pytest.raises(BundleError, match=r"encoder\.onnx.*missing"):
         load_bundle(bundle)
+
+
+def test_character_ngrams_are_named_in_the_manifest_and_change_what_a_store_holds(tiny_bundle, tmp_path):
+    """A manifest without n-grams is written and identified as before they existed (its stores stay valid); one that
+    names the n-gram analyzer round-trips, and its identity, which every store checks, differs."""
+    written = json.loads((tiny_bundle / "bundle.json").read_text())
+    assert "ngrams" not in written["lexical"]
+    words = load_bundle(tiny_bundle)
+    assert words.manifest.lexical.ngrams is None and "ngrams" not in words.identity
+    bundle = _copy(tiny_bundle, tmp_path)
+    _edit(bundle, lexical={**written["lexical"], "ngrams": "char-wb-3grams/v1"})
+    loaded = load_bundle(bundle)
+    assert loaded.manifest.lexical.ngrams == "char-wb-3grams/v1"
+    write_manifest(loaded.manifest, bundle)
+    assert load_bundle(bundle).manifest == loaded.manifest
+    assert loaded.identity != words.identity and '"ngrams":"char-wb-3grams/v1"' in loaded.identity
+    _edit(bundle, lexical={**written["lexical"], "ngrams": "char-wb-4grams/v9"})
+    with pytest.raises(BundleError, match=r"lexical\.ngrams"):
+        load_bundle(bundle)
+
+
+def test_an_adaptive_fusion_round_trips_and_a_fixed_one_is_written_as_before(tiny_bundle, tmp_path):
+    """The rule's parameters survive write and load; a fusion without a rule has no `adaptive` key, so a service from
+    before rules existed still reads the manifest."""
+    bundle = _copy(tiny_bundle, tmp_path)
+    adaptive = {"components": ["title", "lexical_text"], "floor": 0.1, "power": 2.0, "gate": 0.4, "chosen_by": "why"}
+    for fusion in (
+        {"weights": {"title": 1.0}, "chosen_by": "fixed"},
+        {"weights": {"title": 1.0}, "adaptive": adaptive},
+    ):
+        _edit(bundle, fusion=fusion)
+        manifest = load_bundle(bundle).manifest
+        write_manifest(manifest, bundle)
+        written = json.loads((bundle / "bundle.json").read_text())["fusion"]
+        assert load_bundle(bundle).manifest == manifest and ("adaptive" in written) == ("adaptive" in fusion)
+    assert manifest.fusion.adaptive.model_dump() == adaptive
+    _edit(bundle, fusion={"weights": {"title": 1.0}, "adaptive": adaptive | {"components": ["title", "colour"]}})
+    with pytest.raises(BundleError, match=r"fusion\.adaptive\.components must name each of"):
+        load_bundle(bundle)
+
+
+def test_a_fusion_that_weighs_ngrams_needs_the_bundle_to_store_them(tiny_bundle, tmp_path):
+    bundle = _copy(tiny_bundle, tmp_path)
+    written = json.loads((bundle / "bundle.json").read_text())
+    for fusion in (
+        {"weights": {"title": 1.0, "ngrams_text": 0.5}},
+        {"weights": {"title": 1.0}, "adaptive": {"components": ["title", "ngrams_title"], "floor": 0, "power": 1, "gate": 0.4}},
+    ):
+        _edit(bundle, lexical=written["lexical"], fusion=fusion)
+        with pytest.raises(BundleError, match=r"need lexical\.ngrams"):
+            load_bundle(bundle)
+        _edit(bundle, lexical={**written["lexical"], "ngrams": "char-wb-3grams/v1"}, fusion=fusion)
+        assert load_bundle(bundle).manifest.fusion is not None

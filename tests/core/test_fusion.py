@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from metricsearch.core.bundle import AdaptiveFusionSpec
 from metricsearch.core.fusion import (
     AGREEMENT_FUSION,
     DEFAULT_FUSION,
+    AgreementRule,
     CatalogAgreement,
     ComponentStats,
+    candidate_agreement,
     catalog_agreement,
     fuse,
     neighbour_agreement,
@@ -93,17 +96,25 @@ def test_one_item_has_no_neighbour_to_agree_on():
 
 
 def test_a_catalog_of_near_duplicates_gets_weights_from_its_agreement():
-    agreement = CatalogAgreement({"title": 0.6, "description": 0.3, "lexical_text": 0.75, "lexical_codes": 0.45}, 0.59)
+    agreement = CatalogAgreement(
+        {"title": 0.6, "description": 0.3, "lexical_text": 0.75, "lexical_codes": 0.45}, 0.59, 500
+    )
     weights, why = AGREEMENT_FUSION.weights(agreement, DEFAULT_FUSION)
     assert weights["lexical_text"] == 1.0 and weights["title"] == 0.8 and weights["description"] == 0.4
     assert weights["lexical_title"] == 0.0 and "near-duplicates 0.590" in why
 
 
+def test_too_few_items_keep_the_bundles_weights_whatever_they_agree_on():
+    few = CatalogAgreement({"title": 0.6, "description": 0.3, "lexical_text": 0.75, "lexical_codes": 0.45}, 0.59, 6)
+    weights, why = AGREEMENT_FUSION.weights(few, DEFAULT_FUSION)
+    assert weights == DEFAULT_FUSION and "6 items measured" in why
+
+
 def test_a_catalog_without_near_duplicates_keeps_the_bundles_weights():
     """Sentences (STS-benchmark): the learned metric leads; a catalog of one item or of empty fields likewise."""
     for agreement in (
-        CatalogAgreement({"title": 0.3, "lexical_text": 0.6}, 0.31),
-        CatalogAgreement(dict.fromkeys(AGREEMENT_FUSION.components, 0.0), 0.0),
+        CatalogAgreement({"title": 0.3, "lexical_text": 0.6}, 0.31, 500),
+        CatalogAgreement(dict.fromkeys(AGREEMENT_FUSION.components, 0.0), 0.0, 500),
     ):
         weights, why = AGREEMENT_FUSION.weights(agreement, DEFAULT_FUSION)
         assert weights == DEFAULT_FUSION and why.startswith("the bundle's weights")
@@ -111,10 +122,41 @@ def test_a_catalog_without_near_duplicates_keeps_the_bundles_weights():
 
 def test_an_empty_constant_or_one_item_catalog_measures_no_agreement():
     one = {name: np.zeros((1, 1)) for name in ("title", "description", "lexical_text")}
-    assert catalog_agreement(one, [0]) == CatalogAgreement(dict.fromkeys(one, 0.0), 0.0)
+    assert catalog_agreement(one, [0]) == CatalogAgreement(dict.fromkeys(one, 0.0), 0.0, 1)
     rng = np.random.default_rng(3)
     title = rng.normal(size=(6, 9))
     constant = {"title": title, "description": np.full((6, 9), np.nan), "lexical_text": np.ones((6, 9))}
     measured = catalog_agreement(constant, range(6))
     assert measured.components == {"title": 0.0, "description": 0.0, "lexical_text": 0.0}
     assert measured.near_duplicates == 0.0  # the lexical score names the first item, whatever it is
+
+
+def test_agreement_over_each_items_candidates_is_the_catalogs_when_they_are_every_other_item():
+    """The service measures over the candidates its store finds; with every other item as candidates that is the
+    agreement over the whole catalog, and an item that is no candidate of a row takes no part in it."""
+    rng = np.random.default_rng(5)
+    z = {name: rng.normal(size=(6, 6)) for name in ("title", "description", "lexical_text")}
+    stats = ComponentStats(dict.fromkeys(z, 0.0), dict.fromkeys(z, 1.0), 30)
+    rows = [{name: np.delete(values[n], n) for name, values in z.items()} for n in range(6)]
+    ids = [[f"i{j}" for j in range(6) if j != n] for n in range(6)]
+    assert candidate_agreement(rows, ids, stats, list(z)) == catalog_agreement(z, range(6))
+    backwards = [{name: values[::-1] for name, values in row.items()} for row in rows]
+    assert candidate_agreement(backwards, [row[::-1] for row in ids], stats, list(z)) == catalog_agreement(z, range(6))
+    mask = np.ones((6, 6), dtype=bool)
+    mask[:, 5] = False
+    fewer = [{name: np.delete(values[n], [n, 5]) for name, values in z.items()} for n in range(5)]
+    masked = {name: values[:5] for name, values in z.items()}
+    fewer_ids = [[f"i{j}" for j in range(5) if j != n] for n in range(5)]
+    assert candidate_agreement(fewer, fewer_ids, stats, list(z)) == catalog_agreement(masked, range(5), mask[:5])
+
+
+def test_no_candidates_agree_on_nothing():
+    stats = ComponentStats({}, {}, 0)
+    nothing = CatalogAgreement({"title": 0.0, "lexical_text": 0.0}, 0.0, 0)
+    assert candidate_agreement([], [], stats, ["title", "lexical_text"]) == nothing
+    assert candidate_agreement([{"title": np.zeros(0)}], [[]], stats, ["title", "lexical_text"]) == nothing
+
+
+def test_a_rule_reads_its_parameters_from_the_manifest():
+    spec = AdaptiveFusionSpec(components=["title", "lexical_text"], floor=0.1, power=2.0, gate=0.4, chosen_by="why")
+    assert AgreementRule.of(spec) == AgreementRule(("title", "lexical_text"), 0.1, 2.0, 0.4, "why")

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from metricsearch.core.bundle import load_bundle
 from metricsearch.core.lexical import (
     CACHED_TERM_CHARS,
     CODES,
@@ -26,6 +27,7 @@ from metricsearch.core.lexical import (
     document_frequencies,
     idf,
     is_code,
+    lexical_fields,
     lexical_scores,
     ngram_vector,
     term_id,
@@ -279,3 +281,15 @@ def test_ngram_text_vector_is_the_joined_fields():
     joined = ngram_vector("Sony PS-LX350H\nbelt drive")
     got = fields.documents("Sony PS-LX350H", "belt drive")["ngrams_text"]
     assert got.indices.tolist() == joined.indices.tolist() and got.values.tolist() == joined.values.tolist()
+
+
+def test_a_manifest_that_names_the_ngram_analyzer_stores_and_scores_ngrams(tiny_bundle):
+    manifest = load_bundle(tiny_bundle).manifest
+    words = lexical_fields(manifest)
+    assert not words.ngram_names and words.stored == tuple(words.names.values())
+    lexical = manifest.lexical.model_copy(update={"ngrams": "char-wb-3grams/v1"})
+    fields = lexical_fields(manifest.model_copy(update={"lexical": lexical}))
+    assert fields.stems == words.stems and fields.names == words.names
+    assert fields.ngram_names == {f: f"ngrams_{f}" for f in ("title", "description", WHOLE_TEXT)}
+    assert fields.components == [*words.components, *fields.ngram_names.values()]
+    assert lexical_fields(manifest.model_copy(update={"lexical": None, "fusion": None})) is None

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metricsearch.core.bundle import FieldSpec, FusionSpec, load_bundle
-from metricsearch.core.fusion import DEFAULT_FUSION
+from metricsearch.core.bundle import FUSION_COMPONENTS, AdaptiveFusionSpec, FieldSpec, FusionSpec, load_bundle
+from metricsearch.core.fusion import DEFAULT_FUSION, ComponentStats, fuse
 from metricsearch.core.rerank import FieldVectors, Reranker
 
 DIM = 8
@@ -67,3 +67,32 @@ def test_a_fused_rerank_needs_lexical_scores_and_catalog_statistics(manifest):
     with pytest.raises(ValueError, match="lexical scores and the catalog's statistics"):
         fused(FieldVectors(units(rng, 2), np.ones(2, bool)), FieldVectors(units(rng, 3, 2), np.ones((3, 2), bool)))
     assert fused.needs_stats and not Reranker(manifest).needs_stats
+
+
+def test_an_adaptive_rule_fuses_with_the_weights_the_statistics_carry_and_a_fixed_fusion_ignores_them(manifest):
+    """The rule's choice travels with the catalog's statistics; a bundle without a rule ranks exactly as before."""
+    rng = np.random.default_rng(4)
+    query, candidates = (
+        FieldVectors(units(rng, 2), np.ones(2, bool)),
+        FieldVectors(units(rng, 5, 2), np.ones((5, 2), bool)),
+    )
+    lexical = {
+        name: rng.random(5) for name in ("lexical_title", "lexical_description", "lexical_text", "lexical_codes")
+    }
+    chosen = {"title": 0.2, "lexical_title": 1.0}
+    stats = ComponentStats(
+        dict.fromkeys(FUSION_COMPONENTS, 0.1), dict.fromkeys(FUSION_COMPONENTS, 0.5), 100, chosen, "measured"
+    )
+    fixed = Reranker(manifest.model_copy(update={"fusion": FusionSpec(weights={"title": 1.0, "lexical_text": 1.0})}))
+    rule = AdaptiveFusionSpec(components=["title", "lexical_title"], floor=0.0, power=1.0, gate=0.3)
+    adaptive = Reranker(
+        manifest.model_copy(update={"fusion": FusionSpec(weights={"title": 1.0, "lexical_text": 1.0}, adaptive=rule)})
+    )
+    components = adaptive.metric_scores(query, candidates, lexical)[1]
+    np.testing.assert_array_equal(adaptive(query, candidates, lexical, stats).scores, fuse(components, stats, chosen))
+    np.testing.assert_array_equal(
+        fixed(query, candidates, lexical, stats).scores, fuse(components, stats, {"title": 1.0, "lexical_text": 1.0})
+    )
+    unmeasured = ComponentStats(stats.mean, stats.std, 100)
+    assert adaptive.fusion_weights(unmeasured) == fixed.fusion_weights(stats) == {"title": 1.0, "lexical_text": 1.0}
+    assert fixed.scored == {"title", "lexical_text"} and adaptive.scored == {"title", "lexical_text", "lexical_title"}

@@ -4,16 +4,19 @@ changes nothing), and a catalog of one item, one source, or an empty or constant
 from __future__ import annotations
 
 import csv
+import json
 import random
+import shutil
 
 import pytest
 
 from metricsearch.core.fusion import AGREEMENT_FUSION, DEFAULT_FUSION
 from metricsearch.core.readers import read_catalog_list
 from metricsearch.core.records import Item
-from metricsearch.evaluation import BundleScorer
-from metricsearch.evaluation.adaptation import adapted_weights, measure_agreement
+from metricsearch.evaluation import BundleScorer, EvalData
+from metricsearch.evaluation.adaptation import adapted_stats, adapted_weights, measure_agreement
 from tests.service.catalogs import catalog_items
+from tests.service.engine.test_statistics import ADAPTIVE, RULE
 
 
 def write_csv(path, header, rows):
@@ -59,8 +62,9 @@ def test_the_weights_read_no_gold_file(scorer, tmp_path):
         [Item(f"i{n}", f"kettle {n}", "") for n in range(12)],  # no descriptions
         [Item(f"i{n}", f"kettle model {n}", "the same text") for n in range(12)],  # a constant description
         [Item(f"i{n}", "kettle", "kettle") for n in range(12)],  # every item the same
+        [Item(f"i{n}", f"kettle {n}", "steel", {"source": "left"}) for n in range(12)],  # one shop
     ],
-    ids=["one item", "no item", "empty description", "constant description", "all equal"],
+    ids=["one item", "no item", "empty description", "constant description", "all equal", "one source"],
 )
 def test_a_degenerate_catalog_gets_a_valid_choice_and_says_why(scorer, items):
     weights, why = adapted_weights(scorer, items, AGREEMENT_FUSION, DEFAULT_FUSION)
@@ -74,3 +78,21 @@ def test_agreement_of_a_catalog_is_measured_per_component(scorer):
     measured = measure_agreement(scorer, catalog_items(30), AGREEMENT_FUSION.components)
     assert set(measured.components) <= set(AGREEMENT_FUSION.components)
     assert all(0.0 <= a <= 1.0 for a in measured.components.values()) and 0.0 <= measured.near_duplicates <= 1.0
+
+
+def test_an_in_process_figure_ranks_with_the_rules_choice(tiny_bundle, tmp_path, scorer):
+    """`adapted_stats` gives an evaluation the statistics the service ranks with, the rule's weights on them; a bundle
+    without a rule keeps its statistics as they are."""
+    bundle = tmp_path / "adaptive"
+    shutil.copytree(tiny_bundle, bundle)
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    (bundle / "bundle.json").write_text(json.dumps(manifest | {"fusion": ADAPTIVE}))
+    adaptive = BundleScorer(bundle)
+    items = catalog_items(50)
+    data = EvalData("annotated", "catalog", items[:1], items, [[]], [0])
+    _, stored, _ = adaptive.prepare(data)
+    stats = adaptive.stats(items, stored)
+    adapted = adapted_stats(adaptive, items, stored, stats)
+    assert (adapted.weights, adapted.chosen_by) == adapted_weights(adaptive, items, RULE, DEFAULT_FUSION)
+    assert adapted.mean == stats.mean and adaptive.rerank.fusion_weights(adapted) == adapted.weights
+    assert adapted_stats(scorer, items, stored, stats) is stats

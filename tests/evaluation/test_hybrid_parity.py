@@ -1,5 +1,6 @@
 """Evaluate what you serve: a fused bundle scored in-process by the evaluation gives the scores the service's own
-catalog gives for the same items (the same lexical scores, idf, statistics sample and fusion)."""
+catalog gives for the same items (the same lexical scores, character n-grams included, idf, statistics sample and
+fusion)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import shutil
 
 import numpy as np
+import pytest
 
 from metricsearch.core.bundle import FUSION_COMPONENTS
 from metricsearch.core.records import Item
@@ -16,11 +18,17 @@ from metricsearch.service.lifecycle import Service
 from tests.service.catalogs import catalog_items
 
 
-def test_in_process_fused_scores_equal_the_services(tiny_bundle, tmp_path):
+@pytest.mark.parametrize("ngrams", [False, True], ids=["words", "words+ngrams"])
+def test_in_process_fused_scores_equal_the_services(tiny_bundle, tmp_path, ngrams):
     bundle = tmp_path / "hybrid"
     shutil.copytree(tiny_bundle, bundle)
     manifest = json.loads((bundle / "bundle.json").read_text())
-    manifest["fusion"] = {"weights": {**dict.fromkeys(FUSION_COMPONENTS, 1.0), "description": 0.5}, "chosen_by": "test"}
+    weights = {**dict.fromkeys(FUSION_COMPONENTS, 1.0), "description": 0.5}
+    if ngrams:
+        manifest["lexical"]["ngrams"] = "char-wb-3grams/v1"
+    else:
+        weights = {name: w for name, w in weights.items() if not name.startswith("ngrams_")}
+    manifest["fusion"] = {"weights": weights, "chosen_by": "test"}
     (bundle / "bundle.json").write_text(json.dumps(manifest))
     items = catalog_items(60)
     runtime = Service(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", candidates_min=100)).live

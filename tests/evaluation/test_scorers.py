@@ -1,7 +1,11 @@
 """In-process scoring of a second-order bundle: its first-order inferences read its mean vectors, which are the
-mean-pooled export of the same model; its served rerank is the weighted mean of per-field S_F, as /similar's."""
+mean-pooled export of the same model; its served rerank is the weighted mean of per-field S_F, as /similar's. A bundle
+with character n-grams is scored on them as the service scores them."""
 
 from __future__ import annotations
+
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -9,6 +13,7 @@ import pytest
 from metricsearch.core.records import Item
 from metricsearch.evaluation.datasets import EvalData
 from metricsearch.evaluation.scorers import BundleScorer
+from tests.core.test_lexical import brute_force_ngrams
 from tests.tiny_model import CORPUS
 
 
@@ -54,3 +59,30 @@ def test_served_second_order_score_is_the_mean_of_per_field_frobenius_similariti
                 _explicit_similarity(scorer.encoder, query.description, candidate.description) if both else title
             )
             assert scores[row, col] == pytest.approx((title + description) / 2, abs=1e-4), (row, col)
+
+
+def test_a_bundle_with_ngrams_is_scored_on_them_as_a_brute_force_tfidf(tiny_bundle, tmp_path):
+    """What the service stores and scores, the evaluation computes too: each query's n-gram components per field,
+    scikit-learn's TF-IDF of the same n-grams with the idf over the candidates, NaN where either lacks the field."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle, bundle)
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    manifest["lexical"]["ngrams"] = "char-wb-3grams/v1"
+    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    scorer = BundleScorer(bundle)
+    data = _data()
+    queries, candidates, lexical = scorer.prepare(data)
+    components = scorer.components(queries, candidates, lexical)
+    for row, query in enumerate(data.queries):
+        expected = {
+            "ngrams_title": brute_force_ngrams(query.title, [c.title for c in data.candidates]),
+            "ngrams_description": brute_force_ngrams(query.description, [c.description for c in data.candidates]),
+            "ngrams_text": brute_force_ngrams(
+                f"{query.title} {query.description}", [f"{c.title} {c.description}" for c in data.candidates]
+            ),
+        }
+        for name, scores in expected.items():
+            described = np.array([bool(c.description) and bool(query.description) for c in data.candidates])
+            held = described if name == "ngrams_description" else np.ones(len(scores), dtype=bool)
+            np.testing.assert_allclose(components[name][row][held], scores[held], rtol=1e-5, atol=1e-6)
+            assert np.isnan(components[name][row][~held]).all()

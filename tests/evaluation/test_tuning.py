@@ -16,6 +16,9 @@ from metricsearch.core.records import Item
 from metricsearch.core.rerank import Reranker
 from metricsearch.evaluation import tuning
 from metricsearch.evaluation.tuning import MIN_CODE_PAIRS, agreed_best, code_pairs, pseudo_queries, tune
+from metricsearch.service.config import Settings
+from metricsearch.service.lifecycle import Service
+from tests.service.engine.test_statistics import ADAPTIVE
 from tests.service.test_hybrid import catalog_items
 
 
@@ -136,3 +139,41 @@ def test_code_pairs_join_the_pseudo_queries_in_a_catalog_of_part_numbers(bundle,
     assert set(tuned.mrr) == {"pseudo-queries", "code pairs"} and tuned.queries == 40 + 2 * MIN_CODE_PAIRS
     assert f"and {2 * MIN_CODE_PAIRS} code pairs" in load_bundle(bundle).manifest.fusion.chosen_by
     assert tuned.mrr == tuned.default_mrr  # kept: no weighting gains 2 on both signals
+
+
+def test_tune_keeps_an_adaptive_rule_whose_choice_no_weighting_beats_and_the_service_serves_that_choice(
+    bundle, tmp_path
+):
+    """The round trip a user relies on: `tune` without labels compares against what the rule chooses on the catalog,
+    keeps the rule (not a frozen copy of its weights) when nothing beats it, and the service given the tuned bundle
+    and the same catalog ranks with exactly those weights."""
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    (bundle / "bundle.json").write_text(json.dumps(manifest | {"fusion": ADAPTIVE}))
+    items = catalog_items(40)
+    tuned = tune(write_catalog(tmp_path / "c.csv", items), bundle, queries=20, margin=2.0)
+    fusion = load_bundle(bundle).manifest.fusion
+    assert fusion.adaptive.model_dump() == ADAPTIVE["adaptive"] and fusion.weights == DEFAULT_FUSION
+    assert "kept its adaptive rule's choice" in fusion.chosen_by
+    service = Service(Settings(bundle_dir=bundle, data_dir=tmp_path / "data"))
+    try:
+        service.live.engine.indexer.index(items)
+        service.live.engine.statistics.warm()
+        served, _ = service.live.engine.statistics.fusion_in_use()
+    finally:
+        service.live.close()
+    assert {n: w for n, w in served.items() if w > 0} == tuned.weights
+
+
+def test_labelled_pairs_replace_an_adaptive_rule_with_fixed_weights(bundle, tmp_path):
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    (bundle / "bundle.json").write_text(json.dumps(manifest | {"fusion": ADAPTIVE}))
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("left_id,right_id\ni0,i1\ni2,i3\n")
+    tuned = tune(write_catalog(tmp_path / "c.csv", catalog_items(40)), bundle, pairs=pairs)
+    fusion = load_bundle(bundle).manifest.fusion
+    assert (
+        fusion.adaptive is None
+        and fusion.weights == tuned.weights
+        and "which these fixed weights replace" in (fusion.chosen_by)
+    )
+    assert "adaptive" not in json.loads((bundle / "bundle.json").read_text())["fusion"]  # as older services read it

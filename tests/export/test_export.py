@@ -198,6 +198,13 @@ def test_refuses_to_overwrite_a_non_empty_folder(tiny_model, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["bundle"], "no staging or backup folder may be left behind"
 
 
+def test_a_training_runs_best_model_is_named_after_the_run(tiny_model, tmp_path):
+    best = tmp_path / "wine-metricbert" / "best"
+    shutil.copytree(tiny_model, best)
+    assert load_bundle(export_bundle(best, tmp_path / "bundle")).manifest.name == "wine-metricbert"
+    assert load_bundle(export_bundle(tiny_model, tmp_path / "other")).manifest.name == "model"
+
+
 def test_exports_into_an_existing_empty_folder(tiny_model, tmp_path):
     (tmp_path / "bundle").mkdir()
     assert load_bundle(export_bundle(tiny_model, tmp_path / "bundle")).manifest.encoder.dim == 32
@@ -272,3 +279,16 @@ def test_default_export_carries_int8_beside_fp32(tmp_path):
     agreement = encoder.reduced[0].agreement
     assert agreement.dataset == "generic product listings" and agreement.texts > 700
     assert agreement.neighbour_overlap > 0.9 and agreement.mean_cosine > 0.99
+
+
+def test_the_packaged_model_is_exported_with_the_adaptive_rule_beside_its_fixed_weights():
+    """The label-free rule chooses the weights on the catalog served; DEFAULT_FUSION stays where it does not. A fusion
+    given (`--fusion`, `train --bundle`) is written as given, and another model gets none."""
+    from metricsearch.core.bundle import FusionSpec
+    from metricsearch.core.fusion import AGREEMENT_FUSION, DEFAULT_FUSION, AgreementRule
+    from metricsearch.export.onnx_export import _fusion
+
+    fusion = _fusion(None, packaged_default=True)
+    assert fusion.weights == DEFAULT_FUSION and AgreementRule.of(fusion.adaptive) == AGREEMENT_FUSION
+    given = FusionSpec(weights={"title": 1.0})
+    assert _fusion(given, packaged_default=True) is given and _fusion(None, packaged_default=False) is None

@@ -26,6 +26,8 @@ def content_hash(title: str, description: str) -> str:
 
 
 def vector_schema(bundle: Bundle) -> VectorSchema:
+    """The store's vectors: the packed ANN vector, the factors of a second-order bundle, and every sparse vector the
+    bundle's lexical fields store (words and, where the manifest names an n-gram analyzer, character n-grams)."""
     manifest = bundle.manifest
     fields = [f for f in manifest.fields if f.weight > 0]
     sizes = {ANN_VECTOR: manifest.encoder.dim * len(fields)}
@@ -33,7 +35,7 @@ def vector_schema(bundle: Bundle) -> VectorSchema:
         rank = second_order.serving_rank(manifest.pooling, manifest.rank_k)
         sizes[FACTORS_VECTOR] = len(fields) * rank * manifest.encoder.dim
     lexical = lexical_fields(manifest)
-    sparse = tuple(lexical.names.values()) if lexical else ()
+    sparse = lexical.stored if lexical else ()
     return VectorSchema(sizes=sizes, ann=ANN_VECTOR, identity=bundle.identity, sparse=sparse)
 
 

@@ -1,7 +1,7 @@
-"""The lexical parts of a ranking (TF-IDF per field, the whole text, codes) of a bundle with lexical vectors: which
-of a query's sparse vectors the store scores, the whole-text vector that prefetches lexical candidates, and the
-store's scores turned into components, NaN where either side lacks the field. The store computes the scores, so
-the idf is the live catalog's."""
+"""The lexical parts of a ranking (TF-IDF per field, the whole text, codes, and each field's character n-grams where
+the bundle stores them) of a bundle with lexical vectors: which of a query's sparse vectors the store scores, the
+whole-text vector that prefetches lexical candidates, and the store's scores turned into components, NaN where either
+side lacks the field. The store computes the scores, so the idf is the live catalog's."""
 
 from __future__ import annotations
 

@@ -203,7 +203,8 @@ class Ranker:
                 away = _mean([c[name] for _, c in neg])
                 components[name] = components[name] - NEGATIVE_WEIGHT * np.nan_to_num(away, nan=0.0)
         if self.rerank.fusion is not None:
-            scores = fuse(components, self.statistics.current(), self.rerank.fusion)
+            stats = self.statistics.current()
+            scores = fuse(components, stats, self.rerank.fusion_weights(stats))
         return scores, components
 
     def _metric_scores(

@@ -1,17 +1,27 @@
 """The catalog statistics a fused or RecoBERT rerank normalises its components by: estimated on a sample of stored
 items' pairs, so a ranking depends neither on k nor on the filter, and estimated anew in the background once writes
-of STATS_REFRESH of the catalog have landed, while every request ranks with the previous ones."""
+of STATS_REFRESH of the catalog have landed, while every request ranks with the previous ones. For a bundle with an
+adaptive fusion rule, each estimate also measures the components' agreement on the catalog (no label read) and
+carries the weights the rule chose with the statistics."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
-from metricsearch.core.fusion import STATS_SAMPLE, ComponentStats
+from metricsearch.core.fusion import (
+    AGREEMENT_CANDIDATES,
+    AGREEMENT_SAMPLE,
+    STATS_SAMPLE,
+    CatalogAgreement,
+    ComponentStats,
+    candidate_agreement,
+)
 from metricsearch.core.rerank import FieldVectors, Reranker
 from metricsearch.service.engine.layout import FieldLayout
 from metricsearch.service.engine.lexical_scores import LexicalScores
@@ -79,6 +89,18 @@ class Statistics:
         except (StoreUnavailableError, StoreMismatchError):
             return None
 
+    def fusion_in_use(self) -> tuple[Mapping[str, float] | None, str]:
+        """The fusion weights requests rank with now and why, without estimating anything (GET /model)."""
+        fusion = self._rerank.fusion
+        if fusion is None:
+            return None, "no fusion: the bundle's metric alone"
+        stats = self._stats
+        if self._rerank.rule is None:
+            return fusion, "the bundle's fixed weights (fusion.chosen_by says how they were chosen)"
+        if stats is None or stats.weights is None:
+            return fusion, "the bundle's weights until its rule has measured the catalog (at start-up or first request)"
+        return stats.weights, stats.chosen_by
+
     def wait(self, timeout: float = 10.0) -> None:
         """Wait for a background refresh under way to end: before the store closes (a shutdown, a retired rollout)."""
         if self._refresh is not None:
@@ -109,7 +131,13 @@ class Statistics:
         """Estimate with the lock held; writes that land meanwhile count towards the next refresh."""
         writes = self._writes
         items = self._store.count()
-        self._stats = self._estimate()
+        stats = self._estimate()
+        if self._rerank.rule is not None:
+            weights, why = self._rerank.rule.weights(self._agreement(stats), self._rerank.fusion)
+            if self._stats is None or self._stats.weights != weights:
+                log.info("fusion weights chosen on the catalog", extra={"weights": weights, "why": why, "items": items})
+            stats = dataclasses.replace(stats, weights=weights, chosen_by=why)
+        self._stats = stats
         self._stats_items = items
         with self._writes_lock:
             self._writes -= writes
@@ -134,3 +162,24 @@ class Statistics:
             for name, values in self._rerank.metric_scores(query, stored, lexical)[1].items():
                 parts.setdefault(name, []).append(values[others])
         return ComponentStats.estimate({name: np.concatenate(v) for name, v in parts.items()})
+
+    def _agreement(self, stats: ComponentStats) -> CatalogAgreement:
+        """The rule's components' agreement (core/fusion.py's `candidate_agreement`): each of the first
+        AGREEMENT_SAMPLE items by point id against its nearest items by the ANN vector, as the store finds them,
+        standardised with `stats`. No label is read."""
+        names = self._rerank.rule.components
+        rows, ids = [], []
+        for item in self._store.sample(AGREEMENT_SAMPLE) if stats.pairs else ():
+            query = self._layout.stored_one(item.vectors)
+            found = self._store.search(self._layout.packed(query), AGREEMENT_CANDIDATES, exclude_ids=[item.id])
+            if not found.listings:
+                continue
+            candidates = self._layout.stored(found.vectors)
+            lexical = None
+            if self._lexical is not None:
+                terms = self._lexical.lexical.queries(item.title, item.description)
+                lexical = self._lexical.score(terms, candidates.present, found.points, names)
+            components = self._rerank.metric_scores(query, candidates, lexical)[1]
+            rows.append({name: values for name, values in components.items() if name in names})
+            ids.append(found.ids)
+        return candidate_agreement(rows, ids, stats, names)

@@ -4,13 +4,25 @@ fails (tiny bundle, embedded store)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
 from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from metricsearch.core.bundle import FUSION_COMPONENTS
 from metricsearch.core.errors import StoreUnavailableError
+from metricsearch.core.fusion import AGREEMENT_FUSION, DEFAULT_FUSION, AgreementRule
+from metricsearch.core.records import Item
+from metricsearch.evaluation import BundleScorer
+from metricsearch.evaluation.adaptation import adapted_weights
 from metricsearch.service.config import Settings
 from metricsearch.service.lifecycle import Service
-from tests.service.catalogs import catalog_items
+from tests.service.catalogs import catalog_items, served_catalog
+
+WORD_COMPONENTS = {name for name in FUSION_COMPONENTS if not name.startswith("ngrams_")}
+"""What the tiny bundle scores: no character n-grams."""
 
 
 def test_statistics_are_estimated_anew_in_the_background_after_the_catalog_grows(hybrid):
@@ -21,7 +33,7 @@ def test_statistics_are_estimated_anew_in_the_background_after_the_catalog_grows
     assert hybrid.statistics.current() is first  # the request that finds them stale does not wait for the estimate
     hybrid.statistics.wait()
     renewed = hybrid.statistics.current()
-    assert renewed is not first and renewed.pairs == 200 * 199 and set(renewed.mean) == set(FUSION_COMPONENTS)
+    assert renewed is not first and renewed.pairs == 200 * 199 and set(renewed.mean) == WORD_COMPONENTS
     assert hybrid.answers.generation > generation  # answers cached meanwhile were ranked with the previous ones
     assert hybrid.statistics.current() is renewed
 
@@ -77,3 +89,84 @@ def test_requests_during_a_statistics_refresh_rank_with_the_previous_ones_and_st
         pool.submit(hybrid.statistics.current).result(timeout=10)
     hybrid.statistics.wait()
     assert during == [first] * 3 and hybrid.statistics.current() is not first
+
+
+RULE = AgreementRule(AGREEMENT_FUSION.components, floor=0.0, power=1.0, gate=0.0, rule="test rule")
+ADAPTIVE = {
+    "weights": DEFAULT_FUSION,
+    "chosen_by": "test",
+    "adaptive": {
+        "components": list(RULE.components),
+        "floor": 0.0,
+        "power": 1.0,
+        "gate": 0.0,
+        "chosen_by": "test rule",
+    },
+}
+
+
+def test_the_weights_an_adaptive_rule_chooses_in_the_service_are_the_evaluations(tiny_bundle, tmp_path):
+    """One definition: the service measures the agreement over the candidates its store finds for each sampled item,
+    the evaluation over the same cut of the whole catalog, so the weights served are those an in-process figure
+    ranks with. 260 items: more than a sampled item's 100 nearest and 25 lexical matches."""
+    runtime = served_catalog(tiny_bundle, tmp_path, fusion=ADAPTIVE)
+    items = catalog_items(260)
+    try:
+        runtime.engine.indexer.index(items[120:])
+        stats = runtime.engine.statistics.warm()
+        served, why = runtime.engine.statistics.fusion_in_use()
+    finally:
+        runtime.close()
+    in_process, in_process_why = adapted_weights(BundleScorer(tmp_path / "bundle"), items, RULE, DEFAULT_FUSION)
+    assert stats.weights == served == in_process and why == stats.chosen_by == in_process_why
+    assert served != DEFAULT_FUSION and why.startswith("test rule; near-duplicates")
+
+
+def adaptive_service(tiny_bundle, folder, items) -> Service:
+    bundle = folder / "bundle"
+    shutil.copytree(tiny_bundle, bundle)
+    manifest = json.loads((bundle / "bundle.json").read_text())
+    (bundle / "bundle.json").write_text(json.dumps(manifest | {"fusion": ADAPTIVE}))
+    service = Service(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=10))
+    if items:
+        service.live.engine.indexer.index(items)
+    return service
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [Item("only", "a kettle", "steel")],
+        [],
+        [Item(f"i{n}", f"kettle {n}", "") for n in range(12)],
+        [Item(f"i{n}", f"kettle model {n}", "the same text") for n in range(12)],
+        [Item(f"i{n}", "kettle", "kettle") for n in range(12)],
+        [Item(f"i{n}", f"kettle {n}", "steel", {"source": "left"}) for n in range(12)],
+    ],
+    ids=["one item", "no item", "empty description", "constant description", "all equal", "one source"],
+)
+def test_a_degenerate_catalog_is_served_with_a_valid_choice_and_its_reason(tiny_bundle, tmp_path, items, caplog):
+    caplog.set_level(logging.INFO, "metricsearch.service.engine.statistics")
+    runtime = adaptive_service(tiny_bundle, tmp_path, items).live
+    try:
+        runtime.engine.statistics.warm()
+        weights, why = runtime.engine.statistics.fusion_in_use()
+        if items:
+            assert runtime.engine.similar_to_item(items[0].id, 5) is not None
+    finally:
+        runtime.close()
+    assert all(w >= 0 for w in weights.values()) and any(w > 0 for w in weights.values()) and why
+    if len(items) < 2:  # no pairs: nothing measured, the bundle's weights and the reason
+        assert weights == DEFAULT_FUSION and why.startswith("the bundle's weights")
+    else:
+        assert "fusion weights chosen on the catalog" in caplog.text
+
+
+def test_a_bundle_without_a_rule_ranks_with_its_fixed_weights_and_measures_nothing(hybrid, monkeypatch):
+    """An older bundle (no `fusion.adaptive`) ranks exactly as before: no agreement is measured, the statistics carry
+    no weights, and the fused scores are the manifest's weights over them."""
+    monkeypatch.setattr(hybrid.statistics, "_agreement", lambda stats: pytest.fail("measured without a rule"))
+    hybrid.indexer.index(catalog_items(200, seed=1)[120:])
+    stats = hybrid.statistics.warm()
+    assert stats.weights is None and hybrid.rerank.fusion_weights(stats) == DEFAULT_FUSION
+    assert hybrid.statistics.fusion_in_use()[0] == DEFAULT_FUSION

@@ -1,5 +1,6 @@
 """Sparse term vectors in both stores: scores equal the core's brute-force score (the same analyzer and idf in the
-embedded shard, a Qdrant server's API and numpy), and a lexical query adds its best matches to the candidates."""
+embedded shard, a Qdrant server's API and numpy), character n-gram scores equal scikit-learn's TF-IDF over the same
+n-grams, and a lexical query adds its best matches to the candidates."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from metricsearch.core.lexical import code_vector, document_frequencies, lexical_scores, term_vector
+from metricsearch.core.lexical import LexicalFields, code_vector, document_frequencies, lexical_scores, term_vector
 from metricsearch.service.store import EdgeStore, RemoteStore
 from metricsearch.service.store.base import Equals, StoredItem, VectorSchema, lexical_limit
 from metricsearch.service.store.edge import term_rows
+from tests.core.test_lexical import brute_force_ngrams
 
 SCHEMA = VectorSchema(sizes={"ann": 8}, ann="ann", identity="lexical-test@1", sparse=("lex_title",))
 TITLES = [
@@ -258,3 +260,70 @@ def test_hybrid_candidates_equal_brute_force(tmp_path, monkeypatch, kind, search
         else:
             assert set(found.ids) == expected, q
     store.close()
+
+
+NGRAM_FIELDS = LexicalFields(["title", "description"], ngrams=True)
+DESCRIPTIONS = ["belt drive, black", "", "full frame", "", "", "100% cotton", "", ""]
+
+
+@pytest.fixture(params=["edge", "remote-local"])
+def ngram_store(request, tmp_path):
+    """Both stores holding every sparse vector of a bundle with n-grams (words and n-grams, per field and whole)."""
+    schema = VectorSchema(sizes={"ann": 8}, ann="ann", identity="ngram-test@1", sparse=NGRAM_FIELDS.stored)
+    if request.param == "edge":
+        opened = EdgeStore(tmp_path / "edge", schema, optimize_after_writes=0)
+    else:
+        opened = RemoteStore(QdrantClient(path=str(tmp_path / "local")), "items", schema)
+    rng = np.random.default_rng(5)
+    opened.upsert(
+        [
+            StoredItem(
+                id=f"i{n}",
+                title=title or "-",
+                description=description,
+                metadata={"shop": "a" if n % 2 else "b"},
+                content_hash=str(n),
+                vectors={"ann": rng.normal(size=8).astype(np.float32)},
+                sparse=NGRAM_FIELDS.documents(title, description),
+            )
+            for n, (title, description) in enumerate(zip(TITLES, DESCRIPTIONS, strict=True))
+        ]
+    )
+    yield opened
+    opened.close()
+
+
+@pytest.mark.parametrize(
+    ("title", "description"),
+    [("Sony PSLX350 turntabel", "belt-drive"), ("cotton shirts", ""), ("EOS 5D", "full-frame camera"), ("zzz", "")],
+)
+def test_ngram_scores_equal_a_brute_force_tfidf_over_the_same_ngrams(ngram_store, title, description):
+    """Per field and over the whole text, scored by the store (the idf over the items holding the field's n-grams)
+    as scikit-learn's TF-IDF of the same analyzer scores them, and as a search scores its hits; a misspelt or split
+    part number still scores."""
+    points = ngram_store.points([f"i{n}" for n in range(len(TITLES))])
+    queries = {name: v for name, v in NGRAM_FIELDS.queries(title, description).items() if name.startswith("ngrams_")}
+    got = ngram_store.lexical_scores(queries, points)
+    texts = {
+        "ngrams_title": (title, TITLES),
+        "ngrams_description": (description, DESCRIPTIONS),
+        "ngrams_text": (f"{title}\n{description}", [f"{t}\n{d}" for t, d in zip(TITLES, DESCRIPTIONS, strict=True)]),
+    }
+    assert set(got) == {name for name in texts if texts[name][0]}
+    for name, scores in got.items():
+        query, documents = texts[name]
+        np.testing.assert_allclose(scores, brute_force_ngrams(query, documents), rtol=1e-4, atol=1e-5, err_msg=name)
+    if title != "zzz":
+        assert got["ngrams_title"].argmax() == {"S": 0, "c": 5, "E": 2}[title[0]]
+    found = ngram_store.search(np.ones(8), 8, (), (), None, queries)
+    for name, scores in found.lexical.items():
+        np.testing.assert_allclose(scores, ngram_store.lexical_scores(queries, found.points)[name], rtol=1e-6)
+
+
+def test_word_scores_are_unchanged_by_ngrams_stored_beside_them(ngram_store):
+    points = ngram_store.points([f"i{n}" for n in range(len(TITLES))])
+    query = term_vector("sony ps-lx350h")
+    got = ngram_store.lexical_scores({"lexical_title": query}, points)["lexical_title"]
+    frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
+    expected = lexical_scores(query, [term_vector(t) for t in TITLES], frequencies, documents)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)

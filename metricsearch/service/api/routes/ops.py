@@ -34,8 +34,11 @@ def readyz(runtime: RuntimeDep) -> dict[str, str | int]:
 
 @router.get("/model")
 def model(runtime: RuntimeDep) -> dict:
-    """The served bundle's manifest."""
-    return runtime.bundle.manifest.model_dump(mode="json")
+    """The served bundle's manifest, and `fusion_in_use`: the fusion weights requests rank with now and why (an
+    adaptive rule's choice on this catalog, or the manifest's fixed weights); null without fusion."""
+    weights, why = runtime.engine.statistics.fusion_in_use()
+    in_use = None if weights is None else {"weights": dict(weights), "chosen_by": why}
+    return runtime.bundle.manifest.model_dump(mode="json") | {"fusion_in_use": in_use}
 
 
 @metrics_router.get("/metrics", response_class=Response)
