@@ -188,7 +188,10 @@ def test_a_fusion_that_weighs_ngrams_needs_the_bundle_to_store_them(tiny_bundle,
     written = json.loads((bundle / "bundle.json").read_text())
     for fusion in (
         {"weights": {"title": 1.0, "ngrams_text": 0.5}},
-        {"weights": {"title": 1.0}, "adaptive": {"components": ["title", "ngrams_title"], "floor": 0, "power": 1, "gate": 0.4}},
+        {
+            "weights": {"title": 1.0},
+            "adaptive": {"components": ["title", "ngrams_title"], "floor": 0, "power": 1, "gate": 0.4},
+        },
     ):
         _edit(bundle, lexical=written["lexical"], fusion=fusion)
         with pytest.raises(BundleError, match=r"need lexical\.ngrams"):
