@@ -66,11 +66,11 @@ format: $(VENV)/.dev-installed
 
 # `bench` regenerates both reports (hours on 2 cores: 100k items, txtai, the trained recipe, a 30-minute soak);
 # `bench-quick` the BENCHMARKS.md sections that take minutes (10k items, the plain stack as the only peer, a small
-# rollout). The latency bench needs wrk.
+# rollout). The latency bench needs wrk; it keeps the catalog it indexed under var/ and reuses it (--rebuild).
 .PHONY: bench-quick
 bench-quick: $(VENV)/.dev-installed $(BUNDLE)/bundle.json | /usr/bin/wrk
 	$(BIN)/python -m bench.latency --items 10000 --seconds 4 --peers plain
-	$(BIN)/python -m bench.indexing --rounds 2 --peers --durability-s 2
+	$(BIN)/python -m bench.indexing --rounds 1 --peers --durability-s 2
 	$(BIN)/python -m bench.profile --items 10000 --seconds 4
 	$(BIN)/python -m bench.rollout --items 2000 --before 300 --after 300 --phase-s 5
 

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from metricsearch.client import Client
 from metricsearch.service import ServiceProcess
@@ -49,6 +50,34 @@ def serving(bundle: Path, data_dir: Path, env: dict[str, str] | None = None, tim
         yield service
     finally:
         service.stop()
+
+
+def build_child(service: ServiceProcess) -> psutil.Process | None:
+    """The service's running HNSW optimiser (store/edge/optimize.py, a child process), None while no build runs."""
+    try:
+        children = psutil.Process(service.process.pid).children()
+    except psutil.Error:
+        return None
+    for child in children:
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE and any(a.endswith("optimize.py") for a in child.cmdline()):
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def wait_for_builds(service: ServiceProcess, timeout_s: float, quiet_s: float = 10.0) -> float:
+    """Seconds until the service's background builds are done: no optimiser seen for quiet_s (a build copies the shard
+    before it starts one, and swaps the result in after it)."""
+    started = last_seen = time.monotonic()
+    while time.monotonic() - last_seen < quiet_s:
+        if time.monotonic() - started > timeout_s:
+            raise RuntimeError(f"HNSW builds still running after {timeout_s:.0f} s")
+        if build_child(service) is not None:
+            last_seen = time.monotonic()
+        time.sleep(0.5)
+    return round(last_seen - started, 1)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -31,8 +31,8 @@ def _csv(path: Path, header: list[str], rows: list[list], encoding: str = "utf-8
 
 @pytest.fixture(scope="module")
 def bench_data(tmp_path_factory) -> Path:
-    """MS_BENCH_DATA with a few rows of each dataset: wine reviews, both catalog pairs (each left item's match is
-    the right item with its code) and STS-benchmark test pairs."""
+    """MS_BENCH_DATA with a few rows of each dataset: wine reviews, the three catalog pairs (each left item's match
+    is the right item with its code) and STS-benchmark test pairs."""
     root = tmp_path_factory.mktemp("bench-data")
     wine = [
         [n, f"Estate {n} {KINDS[n % 5]} {2000 + n % 20}", f"A {KINDS[n % 5]} with notes of fruit {n}."]
@@ -48,6 +48,9 @@ def bench_data(tmp_path_factory) -> Path:
     _csv(root / "walmart_amazon/left.csv", ["id", "title", "description"], left)
     _csv(root / "walmart_amazon/right.csv", ["id", "title", "description"], right)
     _csv(root / "walmart_amazon/mapping.csv", ["idLeft", "idRight"], gold)
+    _csv(root / "dblp_scholar/left.csv", ["id", "title", "description"], left)
+    _csv(root / "dblp_scholar/right.csv", ["id", "title", "description"], right)
+    _csv(root / "dblp_scholar/mapping.csv", ["idLeft", "idRight"], gold)
     sts = root / "stsbenchmark/sts-test.csv"
     sts.parent.mkdir()
     sts.write_text("".join(f"g\tf\t{n}\t{n}\t{n % 5}\ta {KINDS[n % 5]} wine\t{KINDS[n % 5]} {n}\n" for n in range(40)))
@@ -87,7 +90,7 @@ def rows(stdout: str, header: str) -> list[list[str]]:
 @pytest.mark.skipif(shutil.which("wrk") is None, reason="wrk is not installed (apt-get install -y wrk)")
 def test_latency(tiny_bundle, bench_data, tmp_path):
     args = ["--items", "300", "--seconds", "1", "--texts", "100", "--peers", "--store-dir", str(tmp_path / "store")]
-    out = run_bench("bench.latency", [*args, "--bundle", str(tiny_bundle)], bench_data)
+    out = run_bench("bench.latency", [*args, "--build-priority", "--bundle", str(tiny_bundle)], bench_data)
     table = rows(out, "scenario | stack")
     assert {row[0] for row in table} >= {
         "by id, uniform over the catalog",
@@ -98,6 +101,18 @@ def test_latency(tiny_bundle, bench_data, tmp_path):
     for row in table:
         p50, p99, rps, errors = float(row[2]), float(row[3]), float(row[4]), int(row[7])
         assert 0 < p50 <= p99 and rps > 0 and errors == 0, row
+
+
+def test_latency_during_a_build(tiny_bundle, bench_data, tmp_path):
+    """The build rows alone (--seconds 0), once per priority; the second run reuses the indexed catalog."""
+    args = ["--items", "200", "--seconds", "0", "--store-dir", str(tmp_path / "store"), "--bundle", str(tiny_bundle)]
+    build = ["--build-items", "60", "--during-s", "5", "--build-priority"]
+    out = run_bench("bench.latency", [*args, *build, "as-built"], bench_data)
+    assert "reusing" not in out and [row[0] for row in rows(out, "optimiser priority")] == ["as-built"]
+    out = run_bench("bench.latency", [*args, *build, "normal"], bench_data)
+    assert "reusing the 200 items" in out
+    ((priority, build_s, _, requests, *_),) = rows(out, "optimiser priority")
+    assert priority == "normal" and float(build_s) > 0 and int(requests) >= 0
 
 
 def test_profile(tiny_bundle, bench_data, tmp_path):
@@ -115,7 +130,7 @@ def test_indexing(tiny_bundle, bench_data):
     args = ["--items", "20", "--rounds", "1", "--peers", "--durability-s", "0.2", "--preload", "100"]
     out = run_bench("bench.indexing", [*args, "--bundle", str(tiny_bundle)], bench_data)
     indexers = rows(out, "indexer")
-    assert [row[0].split(" (")[0] for row in indexers] == ["bare encoder", "metricsearch"]
+    assert [row[0].split(" (")[0] for row in indexers] == ["sentence-transformers", "bare encoder", "metricsearch"]
     assert all(float(row[1]) > 0 for row in indexers)
     durability = rows(out, "batch | writers")
     assert len(durability) == 6 and all(float(row[2]) > 0 and float(row[4]) > 0 for row in durability)
@@ -129,9 +144,16 @@ def test_memory(tiny_bundle, bench_data):
     assert 50 < empty <= restarted < 4000, row
 
 
-def test_quality(tiny_bundle, bench_data):
-    out = run_bench("bench.quality", ["--bundle", str(tiny_bundle)], bench_data, timeout=400)
-    table = rows(out, "scorer | Abt-Buy MRR")
+def test_quality(fused_tiny_bundle, bench_data):
+    out = run_bench("bench.quality", ["--bundle", str(fused_tiny_bundle)], bench_data, timeout=600)
+    general = rows(out, "scorer | Abt-Buy MRR | Walmart-Amazon MRR | DBLP-Scholar MRR")
+    assert [row[0] for row in general][-3:] == [
+        "default bundle, its adaptive rule (in-process)",
+        "default bundle, served through HTTP (k = 100)",
+        "the rule's floor, power and gate chosen on the other two pairs (in-process)",
+    ]
+    assert len(general) == 9 and all(0 < float(cell) <= 1 for row in general for cell in row[1:]), general
+    table = rows(out, "scorer | Abt-Buy MRR | Abt-Buy HR@1")
     assert [row[0] for row in table][-1] == "default bundle, served through HTTP (k = 100)"
     for row in table:
         assert all(0 <= float(cell) <= 1 for cell in row[1:]), row

@@ -5,6 +5,7 @@ engine's threshold."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from dataclasses import replace
@@ -177,3 +178,28 @@ def test_builds_still_start_when_items_carry_sparse_vectors(tmp_path, items):
         assert shard_dirs(tmp_path / "s") == ["shard-3"]
     finally:
         store.close()
+
+
+def test_the_optimiser_runs_at_the_lowest_priority_and_the_service_keeps_its_own(tmp_path, items, monkeypatch):
+    """By-id requests during a build stay near their idle latency only if the optimiser yields the cores to them."""
+    script, seen = str(Path(build.__file__).with_name("optimize.py")), tmp_path / "nice"
+
+    def command(shard_dir: Path) -> list[str]:
+        code = (
+            f"import os, runpy, sys, time; time.sleep(0.5); "
+            f"open({str(seen)!r}, 'w').write(str(os.getpriority(os.PRIO_PROCESS, 0))); "
+            f"sys.argv = ['optimize', {str(shard_dir)!r}]; runpy.run_path({script!r}, run_name='__main__')"
+        )
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(build, "optimizer_command", command)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=0, indexing_threshold_kb=1)
+    try:
+        store.upsert(items(range(300)))
+        store.optimize_now()
+        assert store.wait_for_maintenance(60) and store.has_hnsw
+    finally:
+        store.close()
+    assert int(seen.read_text()) == build.BUILD_NICE
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own
