@@ -46,7 +46,20 @@ def walmart_amazon() -> tuple[list[Product], list[Product], dict[str, set[str]]]
     return left, right, gold
 
 
+def dblp_scholar() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
+    """DBLP (left) and Google Scholar (right) records, and each left id's gold right ids."""
+    left = _read_products(DATA / "dblp_scholar/left.csv", "utf-8", title="title")
+    right = _read_products(DATA / "dblp_scholar/right.csv", "utf-8", title="title")
+    gold: dict[str, set[str]] = {}
+    with (DATA / "dblp_scholar/mapping.csv").open(newline="") as f:
+        for row in csv.DictReader(f):
+            gold.setdefault(row["idLeft"], set()).add(row["idRight"])
+    return left, right, gold
+
+
 CATALOG_PAIRS = {"Abt-Buy": abt_buy, "Walmart-Amazon": walmart_amazon}
+SHARED_PAIRS = {**CATALOG_PAIRS, "DBLP-Scholar": dblp_scholar}
+"""Every labelled catalog pair of the shared data: what a rule chosen on some of them is checked on."""
 
 
 def wine_items(limit: int) -> list[dict]:

@@ -12,7 +12,6 @@ every pair's MRR stays within 0.005 of fp32's. Writes BENCHMARKS.md "Encoder".
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import tempfile
 import time
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.data import DATA, Product, abt_buy, walmart_amazon, wine_items, write_catalog_match
+from bench.data import abt_buy, dblp_scholar, walmart_amazon, wine_items, write_catalog_match
 from bench.report import BENCHMARKS, command, table, write_section
 from metricsearch.core.base_model import packaged_model_dir
 from metricsearch.core.bundle import load_bundle
@@ -31,21 +30,6 @@ from metricsearch.evaluation import BundleScorer, evaluate, read_task
 MRR_TOLERANCE = 0.005
 INDEX_BATCH = 64  # MS_INDEX_BATCH_SIZE's default
 ST = "sentence-transformers (PyTorch fp32)"
-
-
-def dblp_scholar() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
-    """DBLP (left) and Google Scholar (right) records, and each left id's gold right ids."""
-    sides = []
-    for name in ("left", "right"):
-        with (DATA / f"dblp_scholar/{name}.csv").open(newline="", encoding="utf-8") as f:
-            sides.append(
-                [Product(r["id"], r["title"].strip(), (r["description"] or "").strip()) for r in csv.DictReader(f)]
-            )
-    gold: dict[str, set[str]] = {}
-    with (DATA / "dblp_scholar/mapping.csv").open(newline="") as f:
-        for row in csv.DictReader(f):
-            gold.setdefault(row["idLeft"], set()).add(row["idRight"])
-    return sides[0], sides[1], gold
 
 
 PAIRS = {"Abt-Buy": abt_buy, "Walmart-Amazon": walmart_amazon, "DBLP-Scholar": dblp_scholar}

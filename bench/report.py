@@ -35,7 +35,14 @@ ORDER = {
         *(SUMMARY, "Latency", "Hot path profile", "Indexing", "Durability", "Memory", "Encoder"),
         *("Model rollout", "Soak", "Container vs host", CHOICES),
     ],
-    "EVALUATION.md": [SUMMARY, "Catalog matching", "Free text and STS-benchmark", "Trained on the catalog", CHOICES],
+    "EVALUATION.md": [
+        SUMMARY,
+        "Catalog matching",
+        "Free text and STS-benchmark",
+        "Trained on the catalog",
+        "Generalisation",
+        CHOICES,
+    ],
 }
 """Where each section goes (by the start of its title): a new section lands before the next one of the list."""
 

@@ -1,7 +1,7 @@
 """Offline evaluation: task datasets, the models compared (bundles scored with the core's own rerank, a running
 service over HTTP, baselines) and the reports; `metricsearch evaluate` and bench/quality.py use it."""
 
-from metricsearch.evaluation.adaptation import adapted_weights, measure_agreement
+from metricsearch.evaluation.adaptation import adapted_weights, agreement_of, measure_agreement
 from metricsearch.evaluation.datasets import EvalData, read_task, split_halves
 from metricsearch.evaluation.harness import ModelResult, evaluate
 from metricsearch.evaluation.report import compare_tables, describe, load_run, markdown_table, plot_runs, write_run
@@ -14,6 +14,7 @@ from metricsearch.evaluation.scorers import (
     TfidfScorer,
     baseline_scorers,
     lexical_matrix,
+    whole_text,
 )
 from metricsearch.evaluation.tuning import (
     PSEUDO_MARGIN,
@@ -42,6 +43,7 @@ __all__ = [
     "Tuned",
     "adapted_weights",
     "agreed_best",
+    "agreement_of",
     "baseline_scorers",
     "compare_tables",
     "describe",
@@ -59,5 +61,6 @@ __all__ = [
     "split_halves",
     "tune",
     "weightings",
+    "whole_text",
     "write_run",
 ]
