@@ -100,7 +100,11 @@ def own_scenarios(ids: list[str], rng: np.random.Generator) -> dict[str, Bodies]
         shares = thirds(ids, rng)
         if name.startswith("positive_ids"):
             scenarios[name] = tuple(
-                [orjson.dumps({"positive_ids": list(rng.choice(ids, 5)), "k": 10}) for _ in share] for share in shares
+                [
+                    orjson.dumps({"positive_ids": [ids[i] for i in rng.integers(len(ids), size=5)], "k": 10})
+                    for _ in share
+                ]
+                for share in shares
             )
         else:
             scenarios[name] = tuple(bodies("id", share, **extra) for share in shares)
