@@ -35,26 +35,25 @@ def abt_buy() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
     return abt, buy, gold
 
 
-def walmart_amazon() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
-    """Walmart (left) products, Amazon (right) products, and each left id's gold right ids."""
-    left = _read_products(DATA / "walmart_amazon/left.csv", "utf-8", title="title")
-    right = _read_products(DATA / "walmart_amazon/right.csv", "utf-8", title="title")
+def _left_right(folder: str) -> tuple[list[Product], list[Product], dict[str, set[str]]]:
+    """A pair stored as left.csv, right.csv and mapping.csv (idLeft, idRight) under `folder`."""
+    left = _read_products(DATA / folder / "left.csv", "utf-8", title="title")
+    right = _read_products(DATA / folder / "right.csv", "utf-8", title="title")
     gold: dict[str, set[str]] = {}
-    with (DATA / "walmart_amazon/mapping.csv").open(newline="") as f:
+    with (DATA / folder / "mapping.csv").open(newline="") as f:
         for row in csv.DictReader(f):
             gold.setdefault(row["idLeft"], set()).add(row["idRight"])
     return left, right, gold
+
+
+def walmart_amazon() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
+    """Walmart (left) products, Amazon (right) products, and each left id's gold right ids."""
+    return _left_right("walmart_amazon")
 
 
 def dblp_scholar() -> tuple[list[Product], list[Product], dict[str, set[str]]]:
     """DBLP (left) and Google Scholar (right) records, and each left id's gold right ids."""
-    left = _read_products(DATA / "dblp_scholar/left.csv", "utf-8", title="title")
-    right = _read_products(DATA / "dblp_scholar/right.csv", "utf-8", title="title")
-    gold: dict[str, set[str]] = {}
-    with (DATA / "dblp_scholar/mapping.csv").open(newline="") as f:
-        for row in csv.DictReader(f):
-            gold.setdefault(row["idLeft"], set()).add(row["idRight"])
-    return left, right, gold
+    return _left_right("dblp_scholar")
 
 
 CATALOG_PAIRS = {"Abt-Buy": abt_buy, "Walmart-Amazon": walmart_amazon}
