@@ -32,13 +32,15 @@ def serving(app: FastAPI) -> Iterator[str]:
         thread.join(timeout=30)
 
 
-def assert_answered_at_once(latencies: list[float]) -> None:
-    """/healthz probes were not held behind blocked work: nine in ten within 50 ms and none past 0.5 s. The faults
-    these tests guard against held every probe for seconds; a single slow probe is the other test worker sharing
-    the machine's two cores (make test runs two), not the service."""
+def assert_answered_at_once(latencies: list[float], held_s: float = 1.5) -> None:
+    """/healthz probes were not held behind blocked work: nine in ten within 50 ms, at most one past 0.5 s and none
+    past held_s. The faults these tests guard against held every probe for seconds (a blocked event loop holds a
+    probe until the blocking call ends); one slow probe is the other test worker sharing the machine's two cores
+    (make test runs two; CI saw one probe at 753 ms among 240 at 1-6 ms), not the service."""
     ordered = sorted(latencies)
     in_ms = [round(s * 1000) for s in ordered]
     assert ordered[int(0.9 * (len(ordered) - 1))] < 0.05, (
         f"/healthz p90 over 50 ms across {len(ordered)} probes: {in_ms}"
     )
-    assert ordered[-1] < 0.5, f"a /healthz probe waited {in_ms[-1]} ms: {in_ms}"
+    assert sum(s >= 0.5 for s in ordered) <= 1, f"more than one /healthz probe waited 0.5 s or more: {in_ms}"
+    assert ordered[-1] < held_s, f"a /healthz probe waited {in_ms[-1]} ms: {in_ms}"
