@@ -34,15 +34,15 @@ def search(
     using: str,
     limit: int,
     lexical: Mapping[str, SparseVector],
-) -> list[tuple[Hashable, float]]:
-    """The points at `rows` of `vectors` as the engine's search over them would return them, best first: the `limit`
-    nearest to `vector` on vector `using`, with their cosines; with `lexical` queries, fused with each one's
-    `lexical_limit(limit)` best scoring above 0."""
+) -> tuple[list[Hashable], np.ndarray]:
+    """The points at `rows` of `vectors` as the engine's search over them would return them, best first, and their
+    scores: the `limit` nearest to `vector` on vector `using`, with their cosines; with `lexical` queries, fused with
+    each one's `lexical_limit(limit)` best scoring above 0."""
     if not len(rows):
-        return []
+        return [], np.empty(0, np.float32)
     nearest, cosines = vectors.nearest(using, vector, rows, limit)
     if not lexical:
-        return list(zip(vectors.points_at(nearest), cosines.tolist(), strict=True))
+        return vectors.points_at(nearest), cosines.astype(np.float32, copy=False)
     rankings = [vectors.points_at(nearest)]
     for scores in terms.scores(lexical, rows).values():
         best = top_k(scores, lexical_limit(limit))
@@ -50,11 +50,12 @@ def search(
     return fused(rankings)
 
 
-def fused(rankings: Sequence[Sequence[Hashable]]) -> list[tuple[Hashable, float]]:
-    """Every point of the rankings (each best first) with its reciprocal rank fusion score, sum 1 / (RRF_K + rank),
+def fused(rankings: Sequence[Sequence[Hashable]]) -> tuple[list[Hashable], np.ndarray]:
+    """Every point of the rankings (each best first) and its reciprocal rank fusion score, sum 1 / (RRF_K + rank),
     best first."""
     scores: dict[Hashable, float] = {}
     for ranking in rankings:
         for rank, point in enumerate(ranking, start=1):
             scores[point] = scores.get(point, 0.0) + 1.0 / (RRF_K + rank)
-    return sorted(scores.items(), key=lambda hit: -hit[1])
+    best = sorted(scores.items(), key=lambda hit: -hit[1])
+    return [point for point, _ in best], np.fromiter((score for _, score in best), dtype=np.float32, count=len(best))

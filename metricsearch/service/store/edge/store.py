@@ -307,27 +307,20 @@ class EdgeStore:
             if not planner.in_process(conditions, self._payload_indexes):
                 kept = len(copy.metadata.matching(conditions)) if conditions else None
                 params = planner.engine_params(limit, kept, len(copy.vectors))
-                hits = self._engine_hits(vector, limit, conditions, exclude_ids, cut, params)
+                points, scores = self._engine_hits(vector, limit, conditions, exclude_ids, cut, params)
             else:  # the points meeting a filter no payload index serves, from the metadata index, searched exactly
                 rows = copy.metadata.matching(conditions)
                 excluded = copy.vectors.rows(self.points(exclude_ids))
                 rows = rows[~np.isin(rows, excluded)] if excluded else rows
-                hits = exact.search(copy.vectors, copy.terms, rows, vector, self._schema.ann, limit, cut)
-            points = [point for point, _ in hits]
+                points, scores = exact.search(copy.vectors, copy.terms, rows, vector, self._schema.ann, limit, cut)
             # The hits' rows, read once: their listings, vectors and lexical scores of one version of each item.
             rows = copy.vectors.row_of(points)
             listings, vectors = copy.vectors.take(rows)
             lexical_scores = copy.terms.scores(scored or {}, rows, using)
-        if hits:  # a filter that matched: its keys are held, so an index on them can serve it (a search that found
+        if points:  # a filter that matched: its keys are held, so an index on them can serve it (a search that found
             # nothing may filter on keys no item holds, whose look at the data would check every point)
             self.auto_index.saw(conditions)
-        return SearchResult(
-            listings=listings,
-            scores=np.fromiter((score for _, score in hits), dtype=np.float32, count=len(hits)),
-            vectors=vectors,
-            points=points,
-            lexical=lexical_scores,
-        )
+        return SearchResult(listings=listings, scores=scores, vectors=vectors, points=points, lexical=lexical_scores)
 
     def _engine_hits(
         self,
@@ -337,16 +330,24 @@ class EdgeStore:
         exclude_ids: Sequence[str],
         lexical: Mapping[str, SparseVector],
         params: SearchParams | None,
-    ) -> list[tuple[int, float]]:
-        """The engine's search (planner.engine_request); under the lock. A few excluded ids (a by-id query's own
-        item) are dropped from the hits of a search that asks for as many more, not filtered out: a must_not filter
-        costs the engine more than those few candidates do. The nearest are then cut back to `limit`; a union keeps
-        the few more it may hold (base.Store.search)."""
+    ) -> tuple[list[int], np.ndarray]:
+        """The engine's search (planner.engine_request), its hits' points and scores best first; under the lock. A
+        few excluded ids (a by-id query's own item) are dropped from the hits of a search that asks for as many more,
+        not filtered out: a must_not filter costs the engine more than those few candidates do. The nearest are then
+        cut back to `limit`; a union keeps the few more it may hold (base.Store.search)."""
         dropped = set(self.points(exclude_ids)) if planner.dropped_rather_than_filtered(exclude_ids) else set()
         where = edge_filter(conditions, () if dropped else exclude_ids)
         request = planner.engine_request(vector, self._schema.ann, limit, len(dropped), where, params, lexical)
-        hits = [(hit.id.int, hit.score) for hit in self._live.shard.query(request)]
-        return [(point, score) for point, score in hits if point not in dropped][: None if lexical else limit]
+        hits = self._live.shard.query(request)
+        # Each hit's point read once (the engine makes a UUID object per read) and its score, in one pass apiece.
+        points = [hit.id.int for hit in hits]
+        scores = np.fromiter([hit.score for hit in hits], dtype=np.float32, count=len(hits))
+        if not dropped.isdisjoint(points):
+            kept = [n for n, point in enumerate(points) if point not in dropped]
+            points, scores = [points[n] for n in kept], scores[kept]
+        if not lexical:
+            points, scores = points[:limit], scores[:limit]
+        return points, scores
 
     def sample(self, n: int) -> list[StoredItem]:
         request = ScrollRequest(limit=n, with_payload=True, with_vector=list(self._schema.sizes))

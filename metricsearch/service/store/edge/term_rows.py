@@ -18,6 +18,7 @@ Written by hand: no library keeps a mutable CSR matrix with live document freque
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import repeat
 from typing import NamedTuple, Protocol
 
 import numpy as np
@@ -105,8 +106,7 @@ class _Postings:
 
     def frequencies(self, terms: np.ndarray) -> np.ndarray:
         """How many documents hold each term, now."""
-        frequency = self.frequency
-        return np.fromiter((frequency.get(t, 0) for t in terms.tolist()), dtype=np.float64, count=len(terms))
+        return np.fromiter(map(self.frequency.get, terms.tolist(), repeat(0)), dtype=np.float64, count=len(terms))
 
     def idf(self, terms: np.ndarray) -> np.ndarray:
         """idf_t of each term, with the live document frequencies."""

@@ -30,12 +30,12 @@ FIRST_BLOCK = 1024
 
 
 def _blocks_of(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(block, offset in it) of each row: block 0 holds rows [0, B), block k >= 1 rows [B * 2^(k-1), B * 2^k)."""
-    q = rows // FIRST_BLOCK
-    block = np.zeros_like(rows)
-    grown = q > 0
-    block[grown] = np.floor(np.log2(q[grown])).astype(rows.dtype) + 1
-    start = np.where(block == 0, 0, FIRST_BLOCK << np.maximum(block - 1, 0))
+    """(block, offset in it) of each row: block 0 holds rows [0, B), block k >= 1 rows [B * 2^(k-1), B * 2^k). The
+    block is the bit length of rows // B (frexp's exponent, exact for any row count), in a few calls of numpy: every
+    search reads its hits' rows through it."""
+    block = np.frexp(rows // FIRST_BLOCK)[1].astype(rows.dtype)
+    start = (FIRST_BLOCK >> 1) << block
+    start[block == 0] = 0
     return block, rows - start
 
 
@@ -121,9 +121,11 @@ class VectorRows(Generic[Entry]):
     def _gather(self, name: str, block: np.ndarray, offset: np.ndarray) -> np.ndarray:
         """The rows at (block, offset) of vector `name`, copied."""
         blocks = self._blocks[name]
+        if len(block) == 1:  # one item's row (a query by id): one copy, without the per-block masks
+            return blocks[int(block[0])][offset]
         out = np.empty((len(block), self._sizes[name]), dtype=np.float32)
-        for b in np.unique(block):
-            here = block == b
+        for b in np.unique(block).tolist():
+            here = np.flatnonzero(block == b)
             out[here] = blocks[b][offset[here]]
         return out
 
