@@ -272,8 +272,8 @@ default settings: {made["items_s"]:.0f} items/s, HNSW built in the background me
         rows = [
             [
                 priority,
-                f"{b['build_s']:.0f}",
-                f"{b['cpu_s']:.0f}",
+                f"{b['build_s']:.1f}",
+                f"{b['cpu_s']:.1f}",
                 len(b["during"]),
                 f"{percentile(b['during'], 50):.2f} / {percentile(b['during'], 99):.2f}",
                 f"{percentile(b['after'], 50):.2f} / {percentile(b['after'], 99):.2f}",

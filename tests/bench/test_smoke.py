@@ -111,8 +111,10 @@ def test_latency_during_a_build(tiny_bundle, bench_data, tmp_path):
     assert "reusing" not in out and [row[0] for row in rows(out, "optimiser priority")] == ["as-built"]
     out = run_bench("bench.latency", [*args, *build, "normal"], bench_data)
     assert "reusing the 200 items" in out
+    # A row means a build was seen to start (the bench raises otherwise); one of 260 items may end before the
+    # first by-id request, so its measured seconds may round to 0.
     ((priority, build_s, _, requests, *_),) = rows(out, "optimiser priority")
-    assert priority == "normal" and float(build_s) > 0 and int(requests) >= 0
+    assert priority == "normal" and float(build_s) >= 0 and int(requests) >= 0
 
 
 def test_profile(tiny_bundle, bench_data, tmp_path):
