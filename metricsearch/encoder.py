@@ -1,8 +1,8 @@
 """Texts -> unit vectors with the bundle's tokenizer and ONNX encoder.
 
 Two runtimes read the same ONNX file: ONNX Runtime (CUDA first when asked and available, CPU otherwise; inputs and
-output bound to the device) and OpenVINO on the CPU, which runs bf16 and int8 bundles several times faster than
-ONNX Runtime runs fp32 on CPUs with AVX512-BF16/VNNI (BENCHMARKS.md, Encoder). A bundle names the runtime it was
+output bound to the device) and OpenVINO on the CPU, which runs bf16 and int8 bundles faster than ONNX Runtime runs
+fp32 on CPUs with AVX512-BF16/VNNI or AMX (BENCHMARKS.md, Encoder). A bundle names the runtime it was
 measured with (`encoder.backend`); MS_ENCODER_BACKEND overrides it.
 
 A bundle may carry its graph in fp32 and int8 (`encoder.reduced`); `choose_precision` picks one at start-up from the
@@ -39,8 +39,8 @@ texts. A GPU wants large calls: there only the batch size bounds them."""
 
 
 INT8_CPU_FLAGS = frozenset({"avx512_vnni", "amx_int8"})
-"""Instructions that make an int8 graph faster than fp32 (OpenVINO, all-MiniLM-L6-v2: 2.74x with AVX-512 VNNI); on a
-CPU with AVX2 alone int8 is slower (BENCHMARKS.md, Encoder). AVX-VNNI (256-bit) is left out: not measured."""
+"""Instructions that make an int8 graph (OpenVINO) faster than fp32, for query texts and bulk alike; on a CPU with AVX2
+alone int8 is slower (BENCHMARKS.md, Encoder, measured on both kinds). AVX-VNNI (256-bit) is left out: not measured."""
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
