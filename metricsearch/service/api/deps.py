@@ -1,6 +1,7 @@
 """Typed dependencies of the routes: the service started with the app and the runtime it serves now, and the API
 keys, read through a declared security scheme (bearerAuth) so /openapi.json and /docs show which routes take a key
-and generated clients send it."""
+and generated clients send it. Each is `async def`: FastAPI runs a plain `def` dependency in a worker thread, a
+thread hop per dependency and request for an attribute read or a key comparison."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from metricsearch.service.lifecycle import Service
 from metricsearch.service.runtime import Runtime
 
 
-def get_service(request: Request) -> Service:
+async def get_service(request: Request) -> Service:
     return request.app.state.service
 
 
-def get_runtime(request: Request) -> Runtime:
+async def get_runtime(request: Request) -> Runtime:
     """The live runtime, read once per request: a model rollout's swap serves the next request from another."""
     return request.app.state.service.live
 
@@ -47,12 +48,12 @@ def _check_key(accepted: list[SecretStr], credentials: HTTPAuthorizationCredenti
         raise AuthForbiddenError(f"the API key given is not valid for {what}")
 
 
-def require_write_key(service: ServiceDep, credentials: WriteCredentials) -> None:
+async def require_write_key(service: ServiceDep, credentials: WriteCredentials) -> None:
     if service.settings.api_key is not None:
         _check_key([service.settings.api_key], credentials, "writes")
 
 
-def require_read_key(service: ServiceDep, credentials: ReadCredentials) -> None:
+async def require_read_key(service: ServiceDep, credentials: ReadCredentials) -> None:
     """With a read key set, reads take it or the write key."""
     settings = service.settings
     if settings.read_api_key is not None:
