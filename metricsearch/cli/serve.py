@@ -23,7 +23,9 @@ def serve(
     """Run the HTTP service: one process by default (the embedded store is owned by one process at a time);
     with a Qdrant server (MS_QDRANT_URL), --workers processes. docs/operations.md, "Serving fast", lists the uvicorn
     settings."""
+    import faulthandler
     import os
+    import signal
 
     import uvicorn
 
@@ -32,6 +34,8 @@ def serve(
     overrides = {"bundle_dir": bundle, "host": host, "port": port, "data_dir": data_dir, "workers": workers}
     settings = service_settings(ctx, **overrides)
     configure_logging(settings.log_level)
+    # A service that stops answering says where each thread waits: `kill -USR1 PID` writes their stacks to stderr.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     options = uvicorn_options(settings)
     if settings.workers > 1:
         if store_traits(settings).one_process:

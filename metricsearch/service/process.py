@@ -95,6 +95,13 @@ class ServiceProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
 
+    def thread_stacks(self, wait_s: float = 1.0) -> str:
+        """Every thread's stack, as `serve` writes them to its log on SIGUSR1 (the end of the log if it is gone)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(wait_s)
+        return self.log_path.read_text(errors="replace")[-16000:] if self.log_path.exists() else ""
+
     def stop(self, kill: bool = False) -> None:
         if self.process is None or self.process.poll() is not None:
             return

@@ -21,3 +21,15 @@ def test_a_server_that_never_answers_is_an_error_with_its_log_once_the_time_is_u
     nothing = f"http://127.0.0.1:{free_port()}/readyz"
     with pytest.raises(RuntimeError, match=r"not 200 after 1 s: its log"):
         wait_ready(nothing, exited=lambda: None, log=lambda: "its log", timeout_s=1)
+
+
+def test_a_running_service_writes_its_threads_stacks_on_sigusr1_and_goes_on_answering(tiny_bundle, tmp_path):
+    service = ServiceProcess(tiny_bundle, tmp_path / "data", {})
+    service.start()
+    try:
+        stacks = service.thread_stacks()
+        assert "Current thread" in stacks and "most recent call first" in stacks, stacks[-2000:]
+        with service.client() as client:
+            assert client.get("/healthz").status_code == 200
+    finally:
+        service.stop()
