@@ -5,7 +5,8 @@ Measured in process as the service measures it (service/engine/statistics.py): t
 point id, each against its AGREEMENT_CANDIDATES nearest items by the ANN vector (`service_candidates`), then
 `candidate_agreement` with the catalog's statistics. The embedded store searches a catalog under 10,000 items
 exactly, so there both choose the same weights, up to a near tie that the encoder's rounding in other batches can
-flip (Walmart-Amazon: one of 500 sampled items, weights equal to the third decimal). Nothing here reads a gold file.
+flip (with 500 sampled items, one of Walmart-Amazon's moved its weights in the third decimal). Nothing here reads a
+gold file.
 """
 
 from __future__ import annotations

@@ -6,11 +6,14 @@ from __future__ import annotations
 import dataclasses
 from itertools import product
 
+import numpy as np
 import pytest
 
 from bench.data import Product, write_catalog_match
-from bench.quality import RULE_GRID, leave_one_pair_out, parts_of, rule_mrr
-from metricsearch.evaluation import BundleScorer, evaluate, read_task
+from bench.quality import RULE_GRID, Fixed, fitted_rule, leave_one_pair_out, optimistic_mrr, parts_of, rule_mrr
+from metricsearch.core.fusion import CatalogAgreement
+from metricsearch.core.records import Item
+from metricsearch.evaluation import BundleScorer, EvalData, evaluate, read_task
 
 KINDS = ("crisp white", "bold red", "dry rose", "sweet dessert wine", "sparkling brut")
 
@@ -31,15 +34,40 @@ def test_the_rule_row_ranks_as_the_bundle_scorer(fused_tiny_bundle, pair):
     assert rule_mrr(parts, scorer.rerank.rule, scorer.rerank.fusion) == evaluate(pair, scorer).metrics["MRR"]
 
 
-def test_leave_one_pair_out_chooses_on_the_other_pairs(fused_tiny_bundle, pair):
+def test_leave_one_pair_out_fits_on_the_other_pairs(fused_tiny_bundle, pair):
     scorer = BundleScorer(fused_tiny_bundle)
     rule, fallback = scorer.rerank.rule, scorer.rerank.fusion
     parts = parts_of(scorer, pair, rule.components)
     # A second pair whose gold is reversed: what ranks it well ranks the first badly, so a choice shows its chooser.
     reversed_gold = dataclasses.replace(pair, relevant=[[79 - j for j in r] for r in pair.relevant])
     pairs = {"a": parts, "b": dataclasses.replace(parts, data=reversed_gold)}
-    grid = [dataclasses.replace(rule, floor=f, power=p, gate=g) for f, p, g in product(*RULE_GRID.values())]
-    for held, (mrr, picked) in leave_one_pair_out(pairs, rule, fallback).items():
+    sentences = CatalogAgreement({}, parts.agreement.near_duplicates - 0.2, 500)
+    gate = round(parts.agreement.near_duplicates - 0.1, 2)
+    grid = [dataclasses.replace(rule, floor=f, power=p, gate=gate) for f, p in product(*RULE_GRID.values())]
+    for held, (mrr, picked) in leave_one_pair_out(pairs, sentences, rule, fallback).items():
         other = pairs["b" if held == "a" else "a"]
+        assert picked.gate == gate
         assert rule_mrr(other, picked, fallback) == max(rule_mrr(other, r, fallback) for r in grid)
         assert mrr == rule_mrr(pairs[held], picked, fallback)
+
+
+def test_a_gate_fitted_above_a_pair_leaves_it_the_bundles_weights(fused_tiny_bundle, pair):
+    """Sentences that agree more than the pair: the gate lands above the pair's agreement, so the fitted rule ranks
+    it with the fixed weights, whatever floor and power it chose."""
+    scorer = BundleScorer(fused_tiny_bundle)
+    rule, fallback = scorer.rerank.rule, scorer.rerank.fusion
+    parts = parts_of(scorer, pair, rule.components)
+    sentences = CatalogAgreement({}, parts.agreement.near_duplicates + 0.2, 500)
+    fitted = fitted_rule({"a": parts}, sentences, rule, fallback)
+    assert fitted.gate > parts.agreement.near_duplicates
+    assert fitted.weights(parts.agreement, fallback)[0] == dict(fallback)
+
+
+def test_ties_optimistic_counts_only_the_strictly_higher_scores():
+    data = EvalData("catalog-match", "t", [Item(id="q", title="q")] * 2, [Item(id=str(n), title="c") for n in range(4)],
+                    [[1], [2]], [None, 0])  # fmt: skip
+    scores = np.array([[0.9, 0.5, 0.5, 0.1], [0.9, 0.9, 0.5, 0.7]])
+    # Query 0: 0.9 above its gold's 0.5, the tie at 0.5 not counted: rank 2. Query 1: its own column (0.9) left out;
+    # 0.9 and 0.7 above: rank 3.
+    assert optimistic_mrr(data, scores) == pytest.approx((1 / 2 + 1 / 3) / 2)
+    assert evaluate(data, Fixed(scores)).metrics["MRR"] < optimistic_mrr(data, scores)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.profile import IDLE
 from bench.report import NO_WRITE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,14 +119,17 @@ def test_latency_during_a_build(tiny_bundle, bench_data, tmp_path):
 
 
 def test_profile(tiny_bundle, bench_data, tmp_path):
-    args = ["--items", "300", "--seconds", "1", "--rate", "50", "--max-requests", "40"]
+    args = ["--items", "300", "--seconds", "1", "--rate", "200", "--max-requests", "40"]
     out = run_bench(
         "bench.profile", [*args, "--store-dir", str(tmp_path / "s"), "--bundle", str(tiny_bundle)], bench_data
     )
     table = rows(out, "thread: stage")
     stages = {row[0] for row in table}
     assert "**client p50, unprofiled (ms)**" in stages
-    assert any(stage.startswith("event loop: HTTP") for stage in stages), stages
+    # Which busy stages a short run samples is chance (CI once caught no HTTP frame in 40 requests at 50 Hz);
+    # stage_of's classification is pinned in test_profile.py. Here: the event loop was seen doing the service's work.
+    busy = {stage for stage in stages if stage.startswith("event loop: ") and IDLE not in stage}
+    assert busy, stages
 
 
 def test_indexing(tiny_bundle, bench_data):
@@ -152,9 +156,12 @@ def test_quality(fused_tiny_bundle, bench_data):
     assert [row[0] for row in general][-3:] == [
         "default bundle, its adaptive rule (in-process)",
         "default bundle, served through HTTP (k = 100)",
-        "the rule's floor, power and gate chosen on the other two pairs (in-process)",
+        "the rule fitted on the other two pairs and STS-benchmark (in-process)",
     ]
     assert len(general) == 9 and all(0 < float(cell) <= 1 for row in general for cell in row[1:]), general
+    ties = rows(out, "ties optimistic | Abt-Buy MRR")
+    assert ties[0][0].startswith("right items that share their title") and all(int(c) >= 0 for c in ties[0][1:])
+    assert len(ties) == 8 and all(0 < float(cell) <= 1 for row in ties[1:] for cell in row[1:]), ties
     table = rows(out, "scorer | Abt-Buy MRR | Abt-Buy HR@1")
     assert [row[0] for row in table][-1] == "default bundle, served through HTTP (k = 100)"
     for row in table:

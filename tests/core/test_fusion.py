@@ -100,7 +100,8 @@ def test_a_catalog_of_near_duplicates_gets_weights_from_its_agreement():
         {"title": 0.6, "description": 0.3, "lexical_text": 0.75, "lexical_codes": 0.45}, 0.59, 500
     )
     weights, why = AGREEMENT_FUSION.weights(agreement, DEFAULT_FUSION)
-    assert weights["lexical_text"] == 1.0 and weights["title"] == 0.8 and weights["description"] == 0.4
+    # floor 0.2, power 0.5: sqrt(a - 0.2), the largest (lexical_text, sqrt(0.55)) scaled to 1
+    assert weights["lexical_text"] == 1.0 and weights["title"] == 0.8528 and weights["description"] == 0.4264
     assert weights["lexical_title"] == 0.0 and "near-duplicates 0.590" in why
 
 
