@@ -440,8 +440,9 @@ def report(args, argv, rows, free, sts, trained, minutes) -> None:
     catalog = f"""Command: {cmd}. Each left item ranks every right item of its pair; the best-ranked gold match
 counts, ties pessimistic. In-process rows run the service's own scoring code (tests/evaluation/test_hybrid_parity.py
 holds them equal to the served path), with idf and statistics over the right items; the served row indexes the right
-items through `POST /index` and asks `POST /similar` with the left item's title and description. The bundle's fusion
-weights: {weights(args.bundle)}.
+items through `POST /index` and asks `POST /similar` with the left item's title and description. The bundle's fixed
+fusion weights: {weights(args.bundle)}; its adaptive rule replaces them with weights chosen on each catalog
+(Generalisation lists them).
 
 {pairs_table(rows)}
 """
