@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping
 from itertools import product
+from math import comb
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,7 @@ from metricsearch.core.fusion import (
     CatalogAgreement,
     ComponentStats,
     fuse,
+    zscores,
 )
 from metricsearch.core.records import Item
 from metricsearch.evaluation import (
@@ -51,8 +53,11 @@ from metricsearch.evaluation import (
     agreement_of,
     evaluate,
     read_task,
+    relevance_mask,
     whole_text,
 )
+from metricsearch.evaluation import mrr as labelled_mrr
+from metricsearch.evaluation.tuning import GRID as WEIGHT_GRID
 
 METRICS = ("MRR", "HR@1", "HR@10")
 RECIPE = [
@@ -67,6 +72,7 @@ RULE_GRID = {"floor": (0.0, 0.1, 0.2, 0.3), "power": (0.5, 1.0, 2.0)}
 not searched: on three pairs any gate below the lowest one's agreement ties, so it is placed between the catalogs."""
 G_FUSED = "default bundle, its adaptive rule (in-process)"
 G_LOPO = "the rule fitted on the other two pairs and STS-benchmark (in-process)"
+G_CEILING = "the best weighting the pair's own gold matches find (labels read: what weights alone reach; in-process)"
 CHOICE_HEADER = [
     "pair", "near-duplicate agreement", "weights the bundle's rule chose there", "rule fitted on the other two pairs",
     "its MRR",
@@ -194,17 +200,51 @@ def leave_one_pair_out(
     return chosen
 
 
-def optimistic_mrr(data: EvalData, scores: np.ndarray) -> float:
-    """MRR with ties optimistic: a gold match ranks after the candidates that score strictly higher only (the
-    yardstick of ../shared/tools counts so; a catalog that lists one title twice ties its TF-IDF rows)."""
-    reciprocal = []
+def tie_mrrs(data: EvalData, scores: np.ndarray) -> tuple[float, float]:
+    """MRR with ties optimistic (a gold match ranks after the strictly higher scores only, as ../shared/tools'
+    yardsticks count) and with ties broken at random (the expected reciprocal rank of the first gold match among the
+    items tied with it): a catalog that lists one title twice ties its TF-IDF rows, and only the random order says
+    what a user of that scorer would see."""
+    optimistic, at_random = [], []
     for row, relevant, own in zip(np.asarray(scores, dtype=np.float64), data.relevant, data.own_index, strict=True):
         if not relevant:
             continue
         best = row[relevant].max()
-        above = int((row > best).sum()) - (own is not None and row[own] > best)
-        reciprocal.append(1.0 / (1 + above))
-    return float(np.mean(reciprocal)) if reciprocal else 0.0
+        outside = np.ones(row.size, dtype=bool)
+        outside[relevant] = False
+        if own is not None:
+            outside[own] = False
+        above, tied = int((row[outside] > best).sum()), int((row[outside] == best).sum())
+        gold_tied = int((row[relevant] == best).sum())
+        # The non-gold items before the first of `gold_tied` gold ones in a random order of the tie: x of them with
+        # probability C(tied - x + gold_tied - 1, gold_tied - 1) / C(tied + gold_tied, gold_tied).
+        before = np.arange(tied + 1)
+        chance = np.array([comb(tied - x + gold_tied - 1, gold_tied - 1) for x in before], dtype=np.float64)
+        optimistic.append(1.0 / (1 + above))
+        at_random.append(float((chance / chance.sum()) @ (1.0 / (1 + above + before))))
+    return (float(np.mean(optimistic)), float(np.mean(at_random))) if optimistic else (0.0, 0.0)
+
+
+def labelled_ceiling(parts: Parts, start: Mapping[str, float]) -> tuple[float, dict[str, float]]:
+    """The best weighting of the bundle's components that the pair's own gold matches find (coordinate search over
+    tuning's grid from `start`, three passes): what weights alone could reach there, read from labels, never served.
+    Its MRR as `evaluate` ranks."""
+    z = zscores(parts.components, parts.stats)
+    relevant = relevance_mask(parts.data.relevant, len(parts.data.candidates))
+    others = np.ones_like(relevant)
+    for row, own in enumerate(parts.data.own_index):
+        if own is not None:
+            others[row, own] = False
+    best = {name: start.get(name, 0.0) for name in z}
+    score = labelled_mrr(z, best, relevant, others)
+    for _ in range(3):
+        for name in z:
+            for value in WEIGHT_GRID:
+                trial = {**best, name: value}
+                if any(trial.values()) and (m := labelled_mrr(z, trial, relevant, others)) > score + 1e-9:
+                    score, best = m, trial
+    fused = fuse(parts.components, parts.stats, best)
+    return evaluate(parts.data, Fixed(fused)).metrics["MRR"], best
 
 
 def repeated_titles(data: EvalData) -> int:
@@ -225,7 +265,8 @@ def sentence_agreement(scorer: BundleScorer, workdir: Path, names: tuple[str, ..
 def generalisation(
     bundle: Path, folders: dict[str, Path], workdir: Path, http: bool
 ) -> tuple[dict, dict, dict, dict, dict]:
-    """Per row and pair, MRR (ties pessimistic) and, for the in-process rows, ties optimistic; per pair the weights
+    """Per row and pair, MRR (ties pessimistic) and, for the in-process rows, ties optimistic and at random; per
+    pair the weights
     the bundle's rule chose there and the rule fitted on the other pairs; and the agreements the fit read."""
     scorer = BundleScorer(bundle)
     rule, fallback = scorer.rerank.rule, scorer.rerank.fusion
@@ -241,22 +282,24 @@ def generalisation(
         "the encoder alone (packaged model's cosine), title + description as one text": encoder,
     }
     rows: dict[str, dict[str, float]] = {}
-    optimistic: dict[str, dict[str, float]] = {}
-    parts, weights = {}, {}
+    ties: dict[str, dict[str, object]] = {}
+    parts, weights, ceilings = {}, {}, {}
     for pair, folder in folders.items():
         data = read_task("catalog-match", folder)
-        optimistic.setdefault(REPEATED, {})[pair] = repeated_titles(data)
+        ties.setdefault(REPEATED, {})[pair] = repeated_titles(data)
         for label, baseline in scorers.items():
             matrix = np.asarray(baseline.scores(data), dtype=np.float64)
             rows.setdefault(label, {})[pair] = evaluate(data, Fixed(matrix)).metrics["MRR"]
-            optimistic.setdefault(label, {})[pair] = optimistic_mrr(data, matrix)
-            print(pair, label, round(rows[label][pair], 4), round(optimistic[label][pair], 4), flush=True)
+            ties.setdefault(label, {})[pair] = tie_mrrs(data, matrix)
+            print(pair, label, round(rows[label][pair], 4), np.round(ties[label][pair], 4), flush=True)
         parts[pair] = parts_of(scorer, data, rule.components)
         weights[pair] = rule.weights(parts[pair].agreement, fallback)[0]
         rows.setdefault(G_FUSED, {})[pair] = rule_mrr(parts[pair], rule, fallback)
         fused = fuse(parts[pair].components, parts[pair].stats, weights[pair])
-        optimistic.setdefault(G_FUSED, {})[pair] = optimistic_mrr(data, fused)
-        print(pair, G_FUSED, round(rows[G_FUSED][pair], 4), round(optimistic[G_FUSED][pair], 4), flush=True)
+        ties.setdefault(G_FUSED, {})[pair] = tie_mrrs(data, fused)
+        print(pair, G_FUSED, round(rows[G_FUSED][pair], 4), np.round(ties[G_FUSED][pair], 4), flush=True)
+        ceilings[pair], _ = labelled_ceiling(parts[pair], weights[pair])
+        print(pair, G_CEILING, round(ceilings[pair], 4), flush=True)
         if http:
             rows.setdefault(SERVED, {})[pair] = evaluate(data, Served(bundle, workdir)).metrics["MRR"]
             print(pair, SERVED, round(rows[SERVED][pair], 4), flush=True)
@@ -265,16 +308,16 @@ def generalisation(
     agreements[SENTENCES] = sentences.near_duplicates
     chosen = leave_one_pair_out(parts, sentences, rule, fallback)
     rows[G_LOPO] = {pair: mrr for pair, (mrr, _) in chosen.items()}
+    rows[G_CEILING] = ceilings
     fits = {pair: r for pair, (_, r) in chosen.items()}
     fits[ALL_PAIRS] = fitted_rule(parts, sentences, rule, fallback)
-    return rows, optimistic, weights, fits, agreements
+    return rows, ties, weights, fits, agreements
 
 
-def report_generalisation(
-    args, argv, rows: dict, optimistic: dict, weights: dict, fits: dict, agreements: dict
-) -> None:
+def report_generalisation(args, argv, rows: dict, ties: dict, weights: dict, fits: dict, agreements: dict) -> None:
     pairs = list(SHARED_PAIRS)
     rule = load_bundle(args.bundle).manifest.fusion.adaptive
+    weight_grid = ", ".join(f"{v:g}" for v in WEIGHT_GRID)
     grid = ", ".join(f"{name} in {{{', '.join(f'{v:g}' for v in values)}}}" for name, values in RULE_GRID.items())
     choices = [
         [
@@ -286,25 +329,32 @@ def report_generalisation(
         ]
         for p in pairs
     ]
-    ties = [[k, *(f"{r[p]:.4f}" if k != REPEATED else str(r[p]) for p in pairs)] for k, r in optimistic.items()]
+    # The count of repeated titles is one per pair: it fills both of the pair's columns.
+    tie_rows = [
+        [k, *(str(r[p]) if k == REPEATED else f"{r[p][how]:.4f}" for p in pairs for how in (0, 1))]
+        for k, r in ties.items()
+    ]
     body = f"""Command: {command("bench.quality", argv)}. Every shared pair: each left item ranks every right item;
 MRR of the best-ranked gold match, ties pessimistic (the served row holds 100 items; a match past 100 counts as last).
 TF-IDF is fitted on every text of the pair; the encoder alone is the packaged model's cosine. The default bundle's
 rule (fusion.adaptive: floor {rule.floor:g}, power {rule.power:g}, gate {rule.gate:g}) chooses its weights from the
-right items' own agreement, no label read. The last row fits the rule on the other two pairs alone (`fitted_rule`:
-the gate halfway between the near-duplicate agreement of {SENTENCES}, {agreements[SENTENCES]:.3f}, and the lowest of
-those pairs'; then {grid} by their mean MRR, the first in grid order among equals) and ranks the held-out pair with
-it, from one computation of each pair's components. Fitted on {ALL_PAIRS}: {fits[ALL_PAIRS].rule}.
+right items' own agreement, no label read. The next-to-last row fits the rule on the other two pairs alone
+(`fitted_rule`: the gate halfway between the near-duplicate agreement of {SENTENCES}, {agreements[SENTENCES]:.3f},
+and the lowest of those pairs'; then {grid} by their mean MRR, the first in grid order among equals) and ranks the
+held-out pair with it, from one computation of each pair's components. Fitted on {ALL_PAIRS}: {fits[ALL_PAIRS].rule}.
+The last row reads the pair's gold matches: a coordinate search over each weight in {{{weight_grid}}}, from the rule's
+weights, shows how far weights alone could take these components; no served setting reads labels.
 
 {table(["scorer", *(f"{p} MRR" for p in pairs)], [[k, *(f"{r[p]:.4f}" for p in pairs)] for k, r in rows.items()])}
 
 {table(CHOICE_HEADER, choices)}
 
 The same in-process rankings with ties optimistic (a gold match ranks after the strictly higher scores only, as
-../shared/tools' yardsticks count): a catalog that lists one title more than once ties a title's TF-IDF rows, which
-pessimistic ranks count against the scorer and optimistic ones for it.
+../shared/tools' yardsticks count) and at random (the expected MRR when tied items come in a random order): a catalog
+that lists one title more than once ties a title's TF-IDF rows, which pessimistic ranks count against the scorer,
+optimistic ones for it, and a random order as a user of it would see them.
 
-{table(["ties optimistic", *(f"{p} MRR" for p in pairs)], ties)}
+{table(["ties", *(f"{p} {how}" for p in pairs for how in ("optimistic", "at random"))], tie_rows)}
 
 {TRAINED_NOTE}
 """

@@ -10,8 +10,17 @@ import numpy as np
 import pytest
 
 from bench.data import Product, write_catalog_match
-from bench.quality import RULE_GRID, Fixed, fitted_rule, leave_one_pair_out, optimistic_mrr, parts_of, rule_mrr
-from metricsearch.core.fusion import CatalogAgreement
+from bench.quality import (
+    RULE_GRID,
+    Fixed,
+    fitted_rule,
+    labelled_ceiling,
+    leave_one_pair_out,
+    parts_of,
+    rule_mrr,
+    tie_mrrs,
+)
+from metricsearch.core.fusion import CatalogAgreement, fuse
 from metricsearch.core.records import Item
 from metricsearch.evaluation import BundleScorer, EvalData, evaluate, read_task
 
@@ -63,11 +72,28 @@ def test_a_gate_fitted_above_a_pair_leaves_it_the_bundles_weights(fused_tiny_bun
     assert fitted.weights(parts.agreement, fallback)[0] == dict(fallback)
 
 
-def test_ties_optimistic_counts_only_the_strictly_higher_scores():
-    data = EvalData("catalog-match", "t", [Item(id="q", title="q")] * 2, [Item(id=str(n), title="c") for n in range(4)],
-                    [[1], [2]], [None, 0])  # fmt: skip
-    scores = np.array([[0.9, 0.5, 0.5, 0.1], [0.9, 0.9, 0.5, 0.7]])
-    # Query 0: 0.9 above its gold's 0.5, the tie at 0.5 not counted: rank 2. Query 1: its own column (0.9) left out;
-    # 0.9 and 0.7 above: rank 3.
-    assert optimistic_mrr(data, scores) == pytest.approx((1 / 2 + 1 / 3) / 2)
-    assert evaluate(data, Fixed(scores)).metrics["MRR"] < optimistic_mrr(data, scores)
+def test_ties_optimistic_count_only_the_strictly_higher_scores_and_at_random_the_expected_order():
+    data = EvalData("catalog-match", "t", [Item(id="q", title="q")] * 3, [Item(id=str(n), title="c") for n in range(4)],
+                    [[1], [2], [1, 2]], [None, 0, None])  # fmt: skip
+    scores = np.array([[0.9, 0.5, 0.5, 0.1], [0.9, 0.9, 0.5, 0.7], [0.5, 0.5, 0.5, 0.1]])
+    # Query 0: 0.9 above its gold's 0.5 and one item tied with it: optimistic rank 2, at random 2 or 3. Query 1: its
+    # own column (0.9) left out; 0.9 and 0.7 above: rank 3 either way. Query 2: two gold matches tied with one other
+    # item: rank 1 unless the other comes first (1 in 3), then 2.
+    optimistic, at_random = tie_mrrs(data, scores)
+    assert optimistic == pytest.approx((1 / 2 + 1 / 3 + 1) / 3)
+    assert at_random == pytest.approx(((1 / 2 + 1 / 3) / 2 + 1 / 3 + (2 / 3 + 1 / 3 / 2)) / 3)
+    assert evaluate(data, Fixed(scores)).metrics["MRR"] < at_random < optimistic
+
+
+def test_the_labelled_ceiling_starts_from_the_rule_and_follows_the_gold(fused_tiny_bundle, pair):
+    scorer = BundleScorer(fused_tiny_bundle)
+    rule, fallback = scorer.rerank.rule, scorer.rerank.fusion
+    parts = parts_of(scorer, pair, rule.components)
+    start = rule.weights(parts.agreement, fallback)[0]
+    ceiling, weights = labelled_ceiling(parts, start)
+    assert ceiling >= rule_mrr(parts, rule, fallback)
+    assert ceiling == evaluate(pair, Fixed(fuse(parts.components, parts.stats, weights))).metrics["MRR"]
+    reversed_gold = dataclasses.replace(
+        parts, data=dataclasses.replace(pair, relevant=[[79 - j for j in r] for r in pair.relevant])
+    )
+    assert labelled_ceiling(reversed_gold, start)[1] != weights

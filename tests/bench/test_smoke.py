@@ -153,15 +153,19 @@ def test_memory(tiny_bundle, bench_data):
 def test_quality(fused_tiny_bundle, bench_data):
     out = run_bench("bench.quality", ["--bundle", str(fused_tiny_bundle)], bench_data, timeout=600)
     general = rows(out, "scorer | Abt-Buy MRR | Walmart-Amazon MRR | DBLP-Scholar MRR")
-    assert [row[0] for row in general][-3:] == [
+    assert [row[0] for row in general][-4:] == [
         "default bundle, its adaptive rule (in-process)",
         "default bundle, served through HTTP (k = 100)",
         "the rule fitted on the other two pairs and STS-benchmark (in-process)",
+        "the best weighting the pair's own gold matches find (labels read: what weights alone reach; in-process)",
     ]
-    assert len(general) == 9 and all(0 < float(cell) <= 1 for row in general for cell in row[1:]), general
-    ties = rows(out, "ties optimistic | Abt-Buy MRR")
+    assert len(general) == 10 and all(0 < float(cell) <= 1 for row in general for cell in row[1:]), general
+    ties = rows(out, "ties | Abt-Buy optimistic | Abt-Buy at random")
     assert ties[0][0].startswith("right items that share their title") and all(int(c) >= 0 for c in ties[0][1:])
-    assert len(ties) == 8 and all(0 < float(cell) <= 1 for row in ties[1:] for cell in row[1:]), ties
+    assert len(ties) == 8 and all(len(row) == 7 for row in ties), ties
+    for row in ties[1:]:
+        optimistic, at_random = [float(c) for c in row[1::2]], [float(c) for c in row[2::2]]
+        assert all(0 < r <= o <= 1 for o, r in zip(optimistic, at_random, strict=True)), row
     table = rows(out, "scorer | Abt-Buy MRR | Abt-Buy HR@1")
     assert [row[0] for row in table][-1] == "default bundle, served through HTTP (k = 100)"
     for row in table:
