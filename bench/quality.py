@@ -45,6 +45,7 @@ from metricsearch.core.fusion import (
 )
 from metricsearch.core.records import Item
 from metricsearch.evaluation import (
+    WEIGHT_GRID,
     BundleScorer,
     EvalData,
     HttpScorer,
@@ -57,7 +58,6 @@ from metricsearch.evaluation import (
     whole_text,
 )
 from metricsearch.evaluation import mrr as labelled_mrr
-from metricsearch.evaluation.tuning import GRID as WEIGHT_GRID
 
 METRICS = ("MRR", "HR@1", "HR@10")
 RECIPE = [

@@ -19,6 +19,7 @@ from metricsearch.evaluation.scorers import (
 from metricsearch.evaluation.tuning import (
     PSEUDO_MARGIN,
     PSEUDO_QUERIES,
+    WEIGHT_GRID,
     Tuned,
     agreed_best,
     mrr,
@@ -32,6 +33,7 @@ from metricsearch.evaluation.tuning import (
 __all__ = [
     "PSEUDO_MARGIN",
     "PSEUDO_QUERIES",
+    "WEIGHT_GRID",
     "BundleScorer",
     "EvalData",
     "HttpScorer",

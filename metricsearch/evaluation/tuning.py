@@ -39,7 +39,7 @@ from metricsearch.evaluation.adaptation import adapted_weights
 from metricsearch.evaluation.datasets import EvalData
 from metricsearch.evaluation.scorers import BundleScorer
 
-GRID = (0.0, 0.5, 1.0, 2.0)
+WEIGHT_GRID = (0.0, 0.5, 1.0, 2.0)
 """Weights tried for each component; 4 values over 6 components are 4,095 weightings (all-zero left out)."""
 PSEUDO_QUERIES = 400
 PSEUDO_MARGIN = 0.02
@@ -137,7 +137,7 @@ def labelled_queries(items: Sequence[Item], pairs: Path) -> tuple[list[Item], li
 
 
 def weightings(names: Sequence[str]) -> list[dict[str, float]]:
-    return [dict(zip(names, w, strict=True)) for w in itertools.product(GRID, repeat=len(names)) if any(w)]
+    return [dict(zip(names, w, strict=True)) for w in itertools.product(WEIGHT_GRID, repeat=len(names)) if any(w)]
 
 
 def relevance_mask(relevant: Sequence[Sequence[int]], n_candidates: int) -> np.ndarray:
