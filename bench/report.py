@@ -91,11 +91,15 @@ def shown_path(path: Path) -> Path:
 
 
 def commit() -> str:
-    """The checkout's short commit, `+changes` when its tracked files differ from it (measured code not committed)."""
+    """The checkout's short commit, `+changes` when its tracked files differ from it (measured code not committed);
+    the two reports do not count: the bench before this one in `make bench` wrote its section of them."""
     git = ["git", "--no-optional-locks", "-C", str(ROOT)]
     try:
         sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
-        dirty = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True)
+        reports = [f":!{report.name}" for report in (BENCHMARKS, EVALUATION)]
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--untracked-files=no", "--", ".", *reports], capture_output=True, text=True
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return sha.stdout.strip() + ("+changes" if dirty.stdout.strip() else "")
