@@ -32,6 +32,7 @@ from tokenizers import Tokenizer
 
 from metricsearch.core.base_model import PACKAGED_BASE_MODEL, PACKAGED_MODEL_NAME, packaged_model_dir
 from metricsearch.core.bundle import (
+    METRICS_OF_POOLING,
     AdaptiveFusionSpec,
     EncoderSpec,
     FieldSpec,
@@ -110,6 +111,8 @@ def export_bundle(
     if int8 and catalog is not None and not Path(catalog).is_file():
         raise ExportError(f"--catalog {catalog}: no such file")
     tokens = pooling != "mean"
+    if pooling not in METRICS_OF_POOLING:  # refused before default_metric, which has no metric for it
+        raise ExportError(pooling_metric_problem(pooling, metric or ""))
     metric = metric or default_metric(pooling)
     problem = pooling_metric_problem(pooling, metric)
     if problem:

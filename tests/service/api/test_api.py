@@ -1,5 +1,6 @@
-"""The HTTP API over real HTTP on 127.0.0.1: a subprocess service with the tiny BERT bundle and the embedded
-Qdrant engine."""
+"""The HTTP API end to end over real HTTP on 127.0.0.1 (a subprocess service with the tiny BERT bundle and the
+embedded Qdrant engine): /similar's answers and filters, bad input across routes, the ops endpoints, a query during a
+bulk load. Each resource's own routes are tested in routes/, the API keys in test_deps.py."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import math
 import threading
 import time
 
-import httpx
 import numpy as np
 import pytest
 
@@ -73,10 +73,6 @@ def anonymous(service):
         yield c
 
 
-def test_reindexing_the_same_items_changes_nothing(client):
-    assert client.post("/index", json={"items": ITEMS}).json() == {"indexed": 0, "unchanged": len(ITEMS)}
-
-
 def test_similar_by_id_excludes_the_item_and_ranks_by_score(client):
     body = client.post("/similar", json={"id": "p1", "k": 5}).json()
     ids = [r["id"] for r in body["results"]]
@@ -124,26 +120,6 @@ def test_filters(client, flt, expected):
 def test_exclude_ids(client):
     results = client.post("/similar", json={"id": "p1", "k": 10, "exclude_ids": ["p2", "p3"]}).json()["results"]
     assert {r["id"] for r in results} == {"p4", "p5", "p6"}
-
-
-def test_get_update_and_delete_item(client):
-    item = {"id": "tmp", "title": "temporary lamp", "description": "a desk lamp", "metadata": {"brand": "x"}}
-    assert client.post("/index", json={"items": [item]}).json() == {"indexed": 1, "unchanged": 0}
-    assert client.get("/items/tmp").json() == item
-    changed = {**item, "metadata": {"brand": "y"}}
-    assert client.post("/index", json={"items": [changed]}).json() == {"indexed": 1, "unchanged": 0}
-    assert client.get("/items/tmp").json()["metadata"] == {"brand": "y"}
-    assert client.delete("/items/tmp").status_code == 204
-    assert client.get("/items/tmp").status_code == 404
-    assert client.delete("/items/tmp").status_code == 404
-
-
-def test_duplicate_ids_in_one_batch_last_wins(client):
-    first = {"id": "dup", "title": "first version", "description": ""}
-    last = {"id": "dup", "title": "last version", "description": ""}
-    assert client.post("/index", json={"items": [first, last]}).json()["indexed"] == 1
-    assert client.get("/items/dup").json()["title"] == "last version"
-    client.delete("/items/dup")
 
 
 def test_unknown_id_is_404(client):
@@ -202,44 +178,6 @@ def test_body_over_the_cap_is_413_before_parsing(service):
     assert response.status_code == 413 and "MS_MAX_BODY_BYTES" in response.json()["detail"]
 
 
-def test_writes_need_the_key(anonymous, service):
-    item = {"items": [{"id": "k", "title": "t"}]}
-    missing = anonymous.post("/index", json=item)
-    assert missing.status_code == 401 and missing.headers["www-authenticate"] == "Bearer"
-    wrong = anonymous.post("/index", json=item, headers={"Authorization": "Bearer nope"})
-    assert wrong.status_code == 403 and "nope" not in wrong.text
-    assert anonymous.delete("/items/p1").status_code == 401
-    assert anonymous.get("/items/k").status_code == 404  # nothing was written
-    assert anonymous.post("/similar", json={"id": "p1"}).status_code == 200  # reads are open without a read key
-
-
-WRITES = [("/index", "post"), ("/items/{item_id}", "delete"), ("/items/delete", "post")]
-READS = [("/items/{item_id}", "get"), ("/similar", "post"), ("/similar/batch", "post")]
-
-
-def test_openapi_declares_the_bearer_scheme_on_routes_that_take_a_key(anonymous):
-    document = anonymous.get("/openapi.json").json()
-    schemes = document["components"]["securitySchemes"]
-    for name in ("bearerAuth", "readBearerAuth"):
-        assert schemes[name] | {"description": ""} == {"type": "http", "scheme": "bearer", "description": ""}
-    paths = document["paths"]
-    for path, method in WRITES:  # MS_API_KEY is set: required
-        assert paths[path][method]["security"] == [{"bearerAuth": []}], (path, method)
-    for path, method in READS:  # no read key: declared, and optional
-        assert paths[path][method]["security"] == [{"readBearerAuth": []}, {}], (path, method)
-    for path in ("/livez", "/healthz", "/readyz", "/model", "/metrics"):
-        assert "security" not in paths[path]["get"], path
-
-
-def test_keys_are_read_as_bearer_credentials_whatever_the_spacing_or_case(anonymous):
-    item = {"items": [{"id": "spaced", "title": "t"}]}
-    assert anonymous.post("/index", json=item, headers={"Authorization": f"bearer   {KEY}"}).status_code == 200
-    for header in ("Bearer", f"Basic {KEY}", KEY):
-        refused = anonymous.post("/index", json=item, headers={"Authorization": header})
-        assert (refused.status_code, refused.json()["code"]) == (401, "unauthorized"), header
-    assert anonymous.delete("/items/spaced", headers={"Authorization": f"Bearer {KEY}"}).status_code == 204
-
-
 def test_ops_endpoints(anonymous):
     assert anonymous.get("/healthz").json() == anonymous.get("/livez").json() == {"status": "ok"}
     ready = anonymous.get("/readyz").json()
@@ -266,21 +204,6 @@ def test_ops_endpoints(anonymous):
     assert "metricsearch_items " in metrics
     assert "metricsearch_query_batch_texts_count" in metrics
     assert "metricsearch_query_queue_depth 0.0" in metrics
-
-
-def test_read_key_when_configured(tiny_bundle, tmp_path):
-    process = ServiceProcess(tiny_bundle, tmp_path / "data", {"MS_API_KEY": KEY, "MS_READ_API_KEY": "reader"})
-    process.start()
-    try:
-        assert httpx.post(f"{process.url}/similar", json={"text": "x"}).status_code == 401
-        ok = httpx.post(f"{process.url}/similar", json={"text": "x"}, headers={"Authorization": "Bearer reader"})
-        assert ok.status_code == 200
-        assert httpx.get(f"{process.url}/healthz").status_code == 200
-        paths = httpx.get(f"{process.url}/openapi.json").json()["paths"]
-        for (path, method), scheme in [(w, "bearerAuth") for w in WRITES] + [(r, "readBearerAuth") for r in READS]:
-            assert paths[path][method]["security"] == [{scheme: []}], (path, method)  # both keys set: required
-    finally:
-        process.stop()
 
 
 def test_text_query_during_a_bulk_load_is_answered_within_its_timeout(tiny_bundle, start_service):

@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
-from qdrant_client.http.exceptions import ResponseHandlingException
 
-from metricsearch.core.errors import InvalidInputError, StoreMismatchError, StoreUnavailableError
-from metricsearch.service.config import Settings
-from metricsearch.service.store import EdgeStore, RemoteStore, open_store
+from metricsearch.core.errors import InvalidInputError, StoreMismatchError
+from metricsearch.service.store import EdgeStore, RemoteStore
 from metricsearch.service.store.base import AnyOf, Equals, Range, SearchResult
 from metricsearch.service.store.edge.planner import DROPPED_MAX
 from tests.service.store.conftest import SCHEMA, Reference, unit
@@ -252,17 +250,3 @@ def test_remote_collection_without_record(tmp_path):
         RemoteStore(QdrantClient(path=path), "items", replace(SCHEMA, sizes={"title": 8, "description": 16}))
     with pytest.raises(StoreMismatchError, match="Cosine"):
         RemoteStore(QdrantClient(path=path), "dots", replace(SCHEMA, sizes={"title": 8}))
-
-
-def test_unreachable_server(local_store, monkeypatch):
-    with pytest.raises(StoreUnavailableError, match=r"http://127\.0\.0\.1:9"):
-        open_store(Settings(qdrant_url="http://127.0.0.1:9", qdrant_timeout_s=1), SCHEMA)
-
-    def refused(*args, **kwargs):
-        raise ResponseHandlingException(ConnectionRefusedError(111, "Connection refused"))
-
-    monkeypatch.setattr(local_store._client, "collection_exists", refused)
-    monkeypatch.setattr(local_store._client, "count", refused)
-    assert local_store.readiness() is not None
-    with pytest.raises(StoreUnavailableError, match="does not answer"):
-        local_store.count()

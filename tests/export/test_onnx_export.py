@@ -1,4 +1,5 @@
-"""Export: the bundle the service loads encodes texts as the PyTorch model does (parity), on any batch or length.
+"""Export: the bundle the service loads encodes texts as the PyTorch model does (parity), on any batch or length;
+a second-order bundle's graph returns the masked token embeddings; what cannot be exported is refused up front.
 
 The ONNX side is run the way the service runs it: the bundle's own tokenizer.json, the manifest's input and
 output names, then normalisation outside the graph.
@@ -14,12 +15,14 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import torch
 from sentence_transformers import SentenceTransformer
+from sentence_transformers.sentence_transformer.modules import Dense, Normalize, Pooling
 from tokenizers import Tokenizer
 
 from metricsearch.core.bundle import load_bundle
 from metricsearch.export import onnx_export
-from metricsearch.export.onnx_export import ExportError, export_bundle
+from metricsearch.export.onnx_export import ExportError, export_bundle, unsupported_structure
 from tests.tiny_model import build_tiny_model
 
 _TITLES = [
@@ -228,6 +231,11 @@ def test_failed_export_leaves_no_half_bundle(tiny_model, tmp_path, monkeypatch):
         ({"title_weight": 0.0}, r"manifest: .*'title' with weight > 0"),
         ({"name": "no spaces please"}, r"name: String should match pattern"),
         ({"max_seq_length": 1000}, r"max_seq_length 1000 must be between 1 and the model's 128 positions"),
+        ({"rank_k": 2}, r"--rank-k applies to pooling 'cov' \(truncation\) and 'svd', not to mean pooling"),
+        ({"metric": "frobenius"}, r"metric 'frobenius' does not go with pooling 'mean'"),
+        ({"pooling": "max"}, r"pooling 'max' is unknown; use one of mean, cov, svd"),
+        ({"pooling": "max", "metric": "angular"}, r"pooling 'max' is unknown; use one of mean, cov, svd"),
+        ({"int8": True, "catalog": Path("/nonexistent/listings.jsonl")}, r"--catalog /nonexistent/listings\.jsonl: no"),
     ],
 )
 def test_refuses_bad_settings_before_writing_anything(tiny_model, tmp_path, settings, message):
@@ -242,6 +250,46 @@ def test_refuses_a_pooling_the_graph_does_not_implement(tiny_model, tmp_path):
     config_path.write_text(json.dumps(json.loads(config_path.read_text()) | {"pooling_mode": "cls"}))
     with pytest.raises(ExportError, match=r"Pooling\(mean\).*pooling cls"):
         export_bundle(model, tmp_path / "bundle")
+
+
+def test_only_transformer_mean_pooling_and_normalize_count_as_exportable(tiny_model):
+    """What the trainer checks before an hour of training (trainer/model.py) and the export before tracing."""
+    model = SentenceTransformer(str(tiny_model), device="cpu", local_files_only=True)
+    transformer, pooling, normalize = model
+    assert isinstance(normalize, Normalize)
+    assert unsupported_structure(model) is None
+    assert unsupported_structure(SentenceTransformer(modules=[transformer, pooling])) is None
+    dim = transformer.get_embedding_dimension()
+    cls = SentenceTransformer(modules=[transformer, Pooling(dim, pooling_mode="cls")])
+    assert unsupported_structure(cls) == (
+        "only Transformer -> Pooling(mean) [-> Normalize] can be exported, found Transformer -> Pooling (pooling cls)"
+    )
+    dense = SentenceTransformer(modules=[transformer, pooling, Dense(dim, 8), normalize])
+    assert "found Transformer -> Pooling -> Dense -> Normalize (pooling mean)" in unsupported_structure(dense)
+
+
+def test_a_second_order_graph_returns_the_token_embeddings_with_padding_zeroed(tiny_model, tmp_path):
+    """The service computes each text's low-rank factors from them (service/second_order.py): every real token's
+    row is the transformer's, every padding row zero, on any batch and sequence length."""
+    bundle = load_bundle(export_bundle(tiny_model, tmp_path / "bundle", pooling="svd", rank_k=2))
+    manifest = bundle.manifest
+    assert (manifest.pooling, manifest.rank_k, manifest.metric) == ("svd", 2, "frobenius")
+    assert (manifest.encoder.output, manifest.encoder.output_kind) == ("token_embeddings", "tokens")
+
+    texts = ["sofa", _DESCRIPTIONS[0], _TITLES[5]]
+    encodings = Tokenizer.from_file(str(bundle.tokenizer_path)).encode_batch(texts)
+    columns = {"input_ids": "ids", "attention_mask": "attention_mask", "token_type_ids": "type_ids"}
+    feed = {n: np.array([getattr(e, columns[n]) for e in encodings], np.int64) for n in manifest.encoder.inputs}
+    session = ort.InferenceSession(str(bundle.encoder_path), providers=["CPUExecutionProvider"])
+    (tokens,) = session.run([manifest.encoder.output], feed)
+    mask = feed["attention_mask"].astype(bool)
+    assert tokens.shape == (*mask.shape, 32) and not mask.all(), "the batch must hold padding"
+    assert not tokens[~mask].any() and np.linalg.norm(tokens[mask], axis=1).min() > 0
+
+    transformer = SentenceTransformer(str(tiny_model), device="cpu", local_files_only=True)[0].auto_model.eval()
+    with torch.no_grad():
+        reference = transformer(**{n: torch.from_numpy(v) for n, v in feed.items()}).last_hidden_state.numpy()
+    np.testing.assert_allclose(tokens[mask], reference[mask], rtol=1e-4, atol=1e-5)
 
 
 def test_refuses_a_folder_that_is_not_a_sentence_transformers_model(tmp_path):
