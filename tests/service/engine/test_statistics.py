@@ -118,8 +118,16 @@ def test_the_weights_an_adaptive_rule_chooses_in_the_service_are_the_evaluations
     finally:
         runtime.close()
     in_process, in_process_why = adapted_weights(BundleScorer(tmp_path / "bundle"), items, RULE, DEFAULT_FUSION)
-    assert stats.weights == served == in_process and why == stats.chosen_by == in_process_why
+    assert stats.weights == served and why == stats.chosen_by
     assert served != DEFAULT_FUSION and why.startswith("test rule; near-duplicates")
+    # Equal up to one sampled item's near tie, which the encoder's rounding in other batches flips (the evaluation
+    # encodes the 260 items at once, the service in two writes): on CI's CPU the title's weight was 0.3165 served
+    # against 0.3291 in process, one of 260 items at the largest agreement's 0.305. A definition that differs
+    # (another cut of candidates, other statistics) moves several components by many items.
+    differing = {name for name in served if served[name] != in_process[name]}
+    assert set(served) == set(in_process) and len(differing) <= 1, (served, in_process)
+    assert all(abs(served[name] - in_process[name]) <= 0.02 for name in differing), (served, in_process)
+    assert differing or why == in_process_why
 
 
 def adaptive_service(tiny_bundle, folder, items) -> Service:
