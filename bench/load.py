@@ -67,14 +67,21 @@ def build_child(service: ServiceProcess) -> psutil.Process | None:
     return None
 
 
+def statistics_refreshing(service: ServiceProcess) -> bool:
+    """Whether the service estimates its catalog statistics anew in the background (its /metrics gauge)."""
+    with service.client() as client:
+        metrics = client.get("/metrics").text
+    return "metricsearch_statistics_refresh_running 1.0" in metrics
+
+
 def wait_for_builds(service: ServiceProcess, timeout_s: float, quiet_s: float = 10.0) -> float:
-    """Seconds until the service's background builds are done: no optimiser seen for quiet_s (a build copies the shard
-    before it starts one, and swaps the result in after it)."""
+    """Seconds until the service's background work is done: no HNSW optimiser and no statistics estimate seen for
+    quiet_s (a build copies the shard before it starts one, and swaps the result in after it)."""
     started = last_seen = time.monotonic()
     while time.monotonic() - last_seen < quiet_s:
         if time.monotonic() - started > timeout_s:
-            raise RuntimeError(f"HNSW builds still running after {timeout_s:.0f} s")
-        if build_child(service) is not None:
+            raise RuntimeError(f"background builds or statistics estimates still running after {timeout_s:.0f} s")
+        if build_child(service) is not None or statistics_refreshing(service):
             last_seen = time.monotonic()
         time.sleep(0.5)
     return round(last_seen - started, 1)

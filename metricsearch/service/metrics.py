@@ -53,6 +53,12 @@ class Metrics:
             "text queries waiting to be encoded (429 at MS_QUERY_QUEUE_SIZE)",
             registry=self.registry,
         )
+        self.statistics_refresh = Gauge(
+            "metricsearch_statistics_refresh_running",
+            "1 while the catalog statistics are estimated anew in the background, paced to a share of one core; "
+            "requests rank with the previous ones meanwhile",
+            registry=self.registry,
+        )
 
     @contextmanager
     def served_on(self, host: str, port: int) -> Iterator[None]:

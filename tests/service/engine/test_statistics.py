@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from prometheus_client import generate_latest
 
 from metricsearch.core.bundle import FUSION_COMPONENTS
 from metricsearch.core.errors import StoreUnavailableError
@@ -18,6 +20,8 @@ from metricsearch.core.records import Item
 from metricsearch.evaluation import BundleScorer
 from metricsearch.evaluation.adaptation import adapted_weights
 from metricsearch.service.config import Settings
+from metricsearch.service.engine import statistics as statistics_module
+from metricsearch.service.engine.statistics import BACKGROUND_DUTY, PACE_SLICE_S, Pacer
 from metricsearch.service.lifecycle import Service
 from tests.service.catalogs import catalog_items, served_catalog
 
@@ -89,6 +93,56 @@ def test_requests_during_a_statistics_refresh_rank_with_the_previous_ones_and_st
         pool.submit(hybrid.statistics.current).result(timeout=10)
     hybrid.statistics.wait()
     assert during == [first] * 3 and hybrid.statistics.current() is not first
+
+
+def test_a_pacer_sleeps_so_that_its_work_is_its_duty_of_the_time(monkeypatch):
+    clock, slept = {"now": 0.0}, []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock["now"] += seconds
+
+    monkeypatch.setattr(statistics_module.time, "perf_counter", lambda: clock["now"])
+    monkeypatch.setattr(statistics_module.time, "sleep", sleep)
+    paced, full_speed = Pacer(0.25), Pacer()
+    for worked in (0.001, 0.003, 0.002, 0.010):  # the work between two calls
+        clock["now"] += worked
+        paced()
+        full_speed()
+    assert PACE_SLICE_S <= 0.006 and slept == pytest.approx([0.018, 0.030])  # 3x the first 6 ms, then the 10 ms
+
+
+def test_a_background_estimate_is_paced_and_shown_in_the_metrics_while_it_runs(tiny_bundle, tmp_path, monkeypatch):
+    """A refresh computes BACKGROUND_DUTY of the time (requests share the GIL with it); an estimate the service waits
+    for (start-up, a rollout's warm-up) runs at full speed; /metrics tells an operator and a bench that one runs."""
+    service = adaptive_service(tiny_bundle, tmp_path, catalog_items(120))
+    statistics = service.live.engine.statistics
+    duties, release = [], threading.Event()
+    estimate = statistics._estimate
+
+    def held(pace: Pacer):
+        duties.append(pace.duty)
+        assert release.wait(10)
+        return estimate(pace)
+
+    def running() -> str:
+        exposed = generate_latest(service.metrics.registry).decode().splitlines()
+        return next(line for line in exposed if line.startswith("metricsearch_statistics_refresh_running "))
+
+    try:
+        first = statistics.warm()
+        monkeypatch.setattr(statistics, "_estimate", held)
+        service.live.engine.indexer.index(catalog_items(200, seed=1)[120:])
+        assert statistics.current() is first and statistics.refreshing and running().endswith(" 1.0")
+        release.set()
+        statistics.wait()
+        assert not statistics.refreshing and running().endswith(" 0.0") and statistics.current() is not first
+        service.live.engine.indexer.index(catalog_items(300, seed=2)[200:])
+        statistics.warm()
+        assert duties == [BACKGROUND_DUTY, 1.0]
+    finally:
+        release.set()
+        service.live.close()
 
 
 RULE = AgreementRule(AGREEMENT_FUSION.components, floor=0.0, power=1.0, gate=0.0, rule="test rule")
@@ -173,7 +227,7 @@ def test_a_degenerate_catalog_is_served_with_a_valid_choice_and_its_reason(tiny_
 def test_a_bundle_without_a_rule_ranks_with_its_fixed_weights_and_measures_nothing(hybrid, monkeypatch):
     """An older bundle (no `fusion.adaptive`) ranks exactly as before: no agreement is measured, the statistics carry
     no weights, and the fused scores are the manifest's weights over them."""
-    monkeypatch.setattr(hybrid.statistics, "_agreement", lambda stats: pytest.fail("measured without a rule"))
+    monkeypatch.setattr(hybrid.statistics, "_agreement", lambda stats, pace: pytest.fail("measured without a rule"))
     hybrid.indexer.index(catalog_items(200, seed=1)[120:])
     stats = hybrid.statistics.warm()
     assert stats.weights is None and hybrid.rerank.fusion_weights(stats) == DEFAULT_FUSION
