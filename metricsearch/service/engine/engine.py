@@ -250,5 +250,5 @@ class Engine:
             self.limits.check_texts(request.title, request.text or request.description, where)
 
     def close(self) -> None:
-        """Wait for a background statistics estimate to end, before the store closes."""
-        self.statistics.wait()
+        """Stop a background statistics estimate, before the store closes."""
+        self.statistics.close()

@@ -39,19 +39,31 @@ PACE_SLICE_S = 0.005
 """Work a paced estimate does between sleeps: about two sampled items."""
 
 
-class Pacer:
-    """Sleeps between slices of work so that it computes `duty` of the time (1: never sleeps)."""
+class EstimateStopped(Exception):
+    """A background estimate given up because the service closes."""
 
-    def __init__(self, duty: float = 1.0) -> None:
+
+class Pacer:
+    """Sleeps between slices of work so that it computes `duty` of the time (1: never sleeps); once `stop` is set,
+    the next call raises EstimateStopped, so a paced estimate never holds up a shutdown."""
+
+    def __init__(self, duty: float = 1.0, stop: threading.Event | None = None) -> None:
         self.duty = duty
+        self._stop = stop
         self._since = time.perf_counter()
 
     def __call__(self) -> None:
+        if self._stop is not None and self._stop.is_set():
+            raise EstimateStopped
         if self.duty >= 1:
             return
         worked = time.perf_counter() - self._since
         if worked >= PACE_SLICE_S:
-            time.sleep(worked * (1 - self.duty) / self.duty)
+            pause = worked * (1 - self.duty) / self.duty
+            if self._stop is not None:
+                self._stop.wait(pause)
+            else:
+                time.sleep(pause)
             self._since = time.perf_counter()
 
 
@@ -79,6 +91,7 @@ class Statistics:
         """Orders writer threads' counts with the refresh's subtraction (`+=` is not atomic across threads)."""
         self._refresh: threading.Thread | None = None
         """The last background refresh (`current`), which `wait` waits for."""
+        self._closing = threading.Event()
 
     @property
     def needed(self) -> bool:
@@ -129,9 +142,15 @@ class Statistics:
         return self._refresh is not None and self._refresh.is_alive()
 
     def wait(self, timeout: float = 10.0) -> None:
-        """Wait for a background refresh under way to end: before the store closes (a shutdown, a retired rollout)."""
+        """Wait for a background refresh under way to end."""
         if self._refresh is not None:
             self._refresh.join(timeout)
+
+    def close(self) -> None:
+        """Before the store closes (a shutdown, a retired rollout): a background refresh under way stops at its next
+        sampled item, keeping the previous statistics."""
+        self._closing.set()
+        self.wait()
 
     def _stale(self) -> bool:
         return self._stats is None or self._writes > STATS_REFRESH * max(self._stats_items, 1)
@@ -147,8 +166,10 @@ class Statistics:
         """Runs with the lock `current()` took for it. A failure (the store closed or out of reach) leaves the
         previous statistics, and the next request past the threshold tries again."""
         try:
-            self._renew(Pacer(BACKGROUND_DUTY))
+            self._renew(Pacer(BACKGROUND_DUTY, self._closing))
             self._on_change()
+        except EstimateStopped:
+            log.info("component statistics estimate stopped: the service closes")
         except Exception:
             log.warning("component statistics not estimated anew; ranking with the previous ones", exc_info=True)
         finally:

@@ -145,6 +145,25 @@ def test_a_background_estimate_is_paced_and_shown_in_the_metrics_while_it_runs(t
         service.live.close()
 
 
+def test_closing_stops_a_background_estimate_at_once_and_keeps_the_previous_statistics(hybrid, monkeypatch, caplog):
+    """A paced estimate takes minutes under load: a shutdown must not wait for it, nor log it as a failure."""
+    caplog.set_level(logging.INFO, "metricsearch.service.engine.statistics")
+    statistics = hybrid.statistics
+    first = statistics.current()
+    estimate = statistics._estimate
+
+    def after_the_close(pace: Pacer):
+        assert statistics._closing.wait(10)  # the service closes while this estimate runs
+        return estimate(pace)
+
+    monkeypatch.setattr(statistics, "_estimate", after_the_close)
+    hybrid.indexer.index(catalog_items(200, seed=1)[120:])
+    assert statistics.current() is first and statistics.refreshing
+    hybrid.close()
+    assert not statistics.refreshing and statistics._stats is first
+    assert "estimate stopped: the service closes" in caplog.text and "not estimated anew" not in caplog.text
+
+
 RULE = AgreementRule(AGREEMENT_FUSION.components, floor=0.0, power=1.0, gate=0.0, rule="test rule")
 ADAPTIVE = {
     "weights": DEFAULT_FUSION,
