@@ -8,11 +8,12 @@ objects held from CPython's object sizes, erring high, not exact.
 - `AnswerCache`: a finished item-to-item answer (its matches), keyed by a fixed-size digest of the normalised request
   (a large filter costs its hash, not its size, as a key), kept until a write can change it. A write that changed only
   some items' metadata drops the answers that show one of them and those whose filter reads a changed key, through
-  an index of each; any other write (texts, new or deleted items: they move every lexical score, whose idf is the
-  live catalog's) and a statistics re-estimate drop them all. Each change is noted *after* the write landed and
-  counts a generation; a reader takes the generation *before* it reads the store, and `put` keeps its answer only if
-  no change was noted since: a write that raced the read may be missing from it, and the write's check ran before
-  the answer was there to drop. So no answer a write could change outlives the write's acknowledgement.
+  an index of each. A write of texts (new, replaced or deleted items) is logged with its ids (`writing`): an
+  unfiltered answer that carries a `Margin` outlives it and is checked when next asked (engine/recheck.py); a
+  filtered one, a larger write, a delete by filter, a failed write and a statistics re-estimate drop them all. Each
+  write counts a generation when it starts and when it ends; a reader takes the generation *before* it reads the
+  store, and `put` keeps its answer only if it is unchanged and no write is under way: an answer then ranks one
+  state of the store, and every write after it is in the log (or the answer is gone).
 - `VectorCache`: the server store's copy of candidates' vectors, keyed by (collection, point id, content hash). A
   collection holds one bundle's vectors, and a point's are a pure function of the bundle and its texts, which the
   hash names, so an entry never goes stale, however many replicas write to the collection: an update changes the
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Collection, Hashable, Mapping
+from collections import deque
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -142,11 +145,43 @@ class EmbeddingCache(_Lru[np.ndarray]):
         self._put(self._key(text), vector)
 
 
+WRITE_LOG = 1024
+"""Writes of texts remembered: an answer older than the oldest is ranked anew."""
+WRITE_LOG_ITEMS = 64
+"""The most items a write of texts may hold and be logged; a larger one (a bulk load) drops every answer, each of
+whose checks would rescore all of them."""
+RECHECK_MAX = 256
+"""The most items written since an answer that its check rescores; past that it is ranked anew."""
+
+
+@dataclass(frozen=True)
+class Margin:
+    """What a cached answer needs to be checked after writes (engine/recheck.py): the ids of the next candidates
+    after those shown (`reserve`), the best score of every other candidate (`next_best`; -inf when there was none),
+    and each lexical query's idf of its terms when it was ranked, since a write moves every idf."""
+
+    reserve: tuple[str, ...]
+    next_best: float
+    idf: Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Cached:
+    """A cached answer as looked up: its matches, its margin (None: it cannot be checked) and the ids of the items
+    written since it was ranked (empty: none; None: more than a check rescores, or older than the log)."""
+
+    matches: list[Match]
+    margin: Margin | None
+    written: frozenset[str] | None
+
+
 @dataclass(frozen=True)
 class _Answer:
     matches: list[Match]
     shown: frozenset[str]
     filtered_on: frozenset[str]
+    generation: int
+    margin: Margin | None
 
 
 class AnswerCache(_Lru[_Answer]):
@@ -158,33 +193,85 @@ class AnswerCache(_Lru[_Answer]):
         maxsize: int,
         on_hit: Callable[[], None] = _noop,
         on_miss: Callable[[], None] = _noop,
+        on_checked: Callable[[], None] = _noop,
         *,
         max_bytes: int = 1 << 62,
     ) -> None:
+        """`on_checked`: an answer served after writes, once checked (`rechecked`)."""
         super().__init__(maxsize, max_bytes, _answer_entry_bytes, on_hit, on_miss, self._unindex)
+        self._on_checked = on_checked
         self._generation = 0
+        self._writing = 0
+        """Writes under way: an answer ranked meanwhile is not kept."""
+        self._log: deque[tuple[int, frozenset[str]]] = deque()
+        """(generation at its start, ids) of each write of texts logged, oldest first."""
+        self._log_floor = 0
+        """An answer of a generation below this one predates a write the log no longer holds."""
         self._showing: dict[str, set[Hashable]] = {}
         """Item id -> the keys of the answers that show it."""
         self._filtered: dict[str, set[Hashable]] = {}
         """Metadata key -> the keys of the answers whose filter reads it."""
+        self._unchecked: set[Hashable] = set()
+        """The keys of the answers without a margin, which a write of texts drops."""
 
     @property
     def generation(self) -> int:
         """Take it before reading the store: `put` keeps an answer only if no change was noted since."""
         return self._generation
 
-    def get(self, key: Hashable) -> list[Match] | None:
-        answer = self._get(key)
-        return None if answer is None else answer.matches
+    def quiet_since(self, generation: int) -> bool:
+        """Whether no write started or ended since `generation` was taken, and none is under way."""
+        with self._lock:
+            return generation == self._generation and not self._writing
 
-    def put(self, generation: int, key: Hashable, matches: list[Match], filtered_on: Collection[str] = ()) -> None:
+    def lookup(self, key: Hashable) -> Cached | None:
+        """The answer kept under `key`, if any, with what was written since; counts a hit where nothing was (else the
+        caller tells `rechecked` what came of its check)."""
+        if self._entries is None:
+            return None
+        with self._lock:
+            answer = self._entries.get(key)
+            if answer is not None:
+                written = self._written_since(answer.generation)
+        if answer is None:
+            self._on_miss()
+            return None
+        if written == frozenset():
+            self._on_hit()
+        return Cached(answer.matches, answer.margin, written)
+
+    def rechecked(self, kept: bool) -> None:
+        """Count how a looked-up answer with writes since it fared: served once checked, or ranked anew."""
+        (self._on_checked if kept else self._on_miss)()
+
+    def _written_since(self, generation: int) -> frozenset[str] | None:
+        if generation < self._log_floor:
+            return None
+        written: set[str] = set()
+        for started, ids in reversed(self._log):
+            if started <= generation:
+                break
+            written |= ids
+            if len(written) > RECHECK_MAX:
+                return None
+        return frozenset(written)
+
+    def put(
+        self,
+        generation: int,
+        key: Hashable,
+        matches: list[Match],
+        filtered_on: Collection[str] = (),
+        margin: Margin | None = None,
+    ) -> None:
         """Keep `matches`, ranked from what the store held after `generation` was taken; `filtered_on`: the metadata
-        keys the request's filter reads."""
+        keys the request's filter reads; `margin`: what checks the answer after writes of texts (None: they drop
+        it)."""
         if self._entries is None:
             return
-        answer = _Answer(matches, frozenset(m.id for m in matches), frozenset(filtered_on))
+        answer = _Answer(matches, frozenset(m.id for m in matches), frozenset(filtered_on), generation, margin)
         with self._lock:
-            if generation != self._generation:  # a write landed meanwhile: this answer may predate it
+            if generation != self._generation or self._writing:  # this answer may predate a write, or miss one
                 return
             if key in self._entries:
                 del self._entries[key]
@@ -198,21 +285,56 @@ class AnswerCache(_Lru[_Answer]):
                 self._showing.setdefault(item_id, set()).add(key)
             for name in answer.filtered_on:
                 self._filtered.setdefault(name, set()).add(key)
+            if margin is None:
+                self._unchecked.add(key)
+
+    @contextmanager
+    def writing(self, ids: Collection[str] | None) -> Iterator[None]:
+        """Around a write of texts: new, replaced or deleted items, `ids` (None: not known, as a delete by filter).
+        Logged where it holds WRITE_LOG_ITEMS or fewer, and the answers without a margin dropped; else, or when the
+        write fails (some points may have landed), every answer is dropped."""
+        logged = ids is not None and len(ids) <= WRITE_LOG_ITEMS
+        with self._lock:
+            self._generation += 1
+            self._writing += 1
+            if not logged:
+                self._drop_all()
+            else:
+                if len(self._log) >= WRITE_LOG:
+                    self._log_floor = self._log.popleft()[0]
+                self._log.append((self._generation, frozenset(ids)))
+                for key in list(self._unchecked):
+                    del self._entries[key]
+        try:
+            yield
+        except BaseException:
+            self.clear()
+            raise
+        finally:
+            with self._lock:
+                self._writing -= 1
+                self._generation += 1
 
     def clear(self) -> None:
-        """After a change that may touch any answer: a write of texts or items, a failed write, new statistics."""
+        """After a change that may touch any answer: a failed write, new statistics, a payload index built."""
         with self._lock:
-            if self._entries is not None:
-                self._entries.clear()
-            self._showing.clear()
-            self._filtered.clear()
+            self._drop_all()
             self._generation += 1
+
+    def _drop_all(self) -> None:
+        if self._entries is not None:
+            self._entries.clear()
+        self._showing.clear()
+        self._filtered.clear()
+        self._unchecked.clear()
+        self._log.clear()
+        self._log_floor = self._generation
 
     def changed(self, metadata: Mapping[str, Collection[str]]) -> None:
         """After a write that changed only these items' metadata, each with the keys that changed: their vectors and
         terms, hence every score and every lexical statistic, are as they were, so only the answers that show one of
         them (they show its metadata) and those whose filter reads a changed key (an item may pass it now, or no
-        more) can differ from a ranking now."""
+        more) can differ from a ranking now. A reserve's metadata is read anew when it is checked."""
         with self._lock:
             if self._entries is not None:
                 dropped = set().union(
@@ -231,6 +353,7 @@ class AnswerCache(_Lru[_Answer]):
                 keys.discard(key)
                 if not keys:
                     del index[name]
+        self._unchecked.discard(key)
 
 
 class VectorCache(_Lru[dict[str, np.ndarray]]):
@@ -258,7 +381,16 @@ SETS_BYTES = 2 * 216
 
 
 def _answer_entry_bytes(answer: _Answer) -> int:
-    return answer_bytes(answer.matches) + SETS_BYTES + INDEXED_BYTES * (len(answer.shown) + len(answer.filtered_on))
+    indexed = len(answer.shown) + len(answer.filtered_on)
+    return answer_bytes(answer.matches) + SETS_BYTES + INDEXED_BYTES * indexed + _margin_bytes(answer.margin)
+
+
+def _margin_bytes(margin: Margin | None) -> int:
+    """The margin's dataclass, its reserve's ids and tuple, and its idf arrays with their dict."""
+    if margin is None:
+        return 0
+    ids = sum(_value_bytes(item_id) + 8 for item_id in margin.reserve)
+    return 200 + ids + 64 + sum(50 + 112 + a.nbytes for a in margin.idf.values())
 
 
 def answer_bytes(matches: list[Match]) -> int:

@@ -42,7 +42,8 @@ class Metrics:
         )
         self.cache_lookups = Counter(
             "metricsearch_cache_lookups",
-            "cache lookups by cache (embedding: query texts; answer: /similar by id) and outcome (hit, miss)",
+            "cache lookups by cache (embedding: query texts; answer: /similar by id) and outcome (hit, miss; checked: "
+            "an answer served after writes once checked)",
             ["cache", "outcome"],
             registry=self.registry,
         )
@@ -86,3 +87,7 @@ class Metrics:
     def cache_counters(self, cache: str) -> tuple[Callable[[], None], Callable[[], None]]:
         """(on_hit, on_miss) callbacks of one cache, bound once so a lookup costs one increment."""
         return self.cache_lookups.labels(cache, "hit").inc, self.cache_lookups.labels(cache, "miss").inc
+
+    def answers_checked(self) -> Callable[[], None]:
+        """The answer cache's on_checked callback: an answer served after writes, once checked."""
+        return self.cache_lookups.labels("answer", "checked").inc

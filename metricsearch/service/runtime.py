@@ -63,6 +63,7 @@ def open_runtime(settings: Settings, metrics: Metrics) -> Runtime:
     answers = AnswerCache(
         settings.answer_cache_size if traits.cache_answers else 0,
         *metrics.cache_counters("answer"),
+        metrics.answers_checked(),
         max_bytes=int(settings.answer_cache_mb * 2**20),
     )
 

@@ -43,14 +43,15 @@ def catalog_items(n: int, seed: int = 0) -> list[Item]:
     return items
 
 
-def served_catalog(tiny_bundle, folder, **manifest_changes) -> Runtime:
-    """The live runtime of a service on a copy of the tiny bundle with `manifest_changes`, 120 items indexed."""
+def served_catalog(tiny_bundle, folder, candidates_min: int = 10, **manifest_changes) -> Runtime:
+    """The live runtime of a service on a copy of the tiny bundle with `manifest_changes`, 120 items indexed;
+    `candidates_min` of 1000 makes every item a candidate of every query."""
     bundle = folder / "bundle"
     shutil.copytree(tiny_bundle, bundle)
     manifest = json.loads((bundle / "bundle.json").read_text())
     assert manifest["lexical"] is not None  # every export stores lexical vectors
     manifest.update(manifest_changes)
     (bundle / "bundle.json").write_text(json.dumps(manifest))
-    runtime = Service(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=10)).live
+    runtime = Service(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=candidates_min)).live
     runtime.engine.indexer.index(catalog_items(120))
     return runtime

@@ -26,14 +26,24 @@ def hybrid(tiny_bundle, tmp_path):
     runtime.close()
 
 
-@pytest.fixture(params=["fused", "recobert"])
+NORMALISED = {
+    "fused": {"fusion": {"weights": DEFAULT_FUSION, "chosen_by": "test"}},
+    "recobert": {"metric": "recobert", "recobert_lambdas": [1.0, 1.0, 0.5, 0.5]},
+}
+
+
+@pytest.fixture(params=list(NORMALISED))
 def normalised(request, tiny_bundle, tmp_path):
     """A catalog whose rerank normalises scores: fused with lexical scores, or RecoBERT's four."""
-    changes = (
-        {"fusion": {"weights": DEFAULT_FUSION, "chosen_by": "test"}}
-        if request.param == "fused"
-        else {"metric": "recobert", "recobert_lambdas": [1.0, 1.0, 0.5, 0.5]}
-    )
-    runtime = served_catalog(tiny_bundle, tmp_path, **changes)
+    runtime = served_catalog(tiny_bundle, tmp_path, **NORMALISED[request.param])
+    yield runtime.engine
+    runtime.close()
+
+
+@pytest.fixture(params=list(NORMALISED))
+def exhaustive(request, tiny_bundle, tmp_path):
+    """`normalised`, with every item a candidate of every query: a ranking is then exact, so a cached answer checked
+    after writes must equal it (no candidate search in between to find other items)."""
+    runtime = served_catalog(tiny_bundle, tmp_path, candidates_min=1000, **NORMALISED[request.param])
     yield runtime.engine
     runtime.close()

@@ -9,12 +9,21 @@ import numpy as np
 import pytest
 
 from metricsearch.core.records import Match
+from metricsearch.service import cache as caches
 from metricsearch.service.batcher import QueryBatcher
-from metricsearch.service.cache import AnswerCache, EmbeddingCache, answer_bytes
+from metricsearch.service.cache import AnswerCache, EmbeddingCache, Margin, answer_bytes
 
 
 def matches(tag: str) -> list[Match]:
     return [Match(tag, 1.0, f"title {tag}", {}, {})]
+
+
+def cached(answers: AnswerCache, key: str) -> list[Match] | None:
+    found = answers.lookup(key)
+    return None if found is None else found.matches
+
+
+MARGIN = Margin(("r1", "r2"), 0.5, {"lexical_text": np.array([1.0, 2.0])})
 
 
 class Counts:
@@ -68,10 +77,10 @@ def test_clear_drops_every_answer():
     before = answers.generation
     answers.put(before, "q1", matches("1"))
     answers.put(before, "q2", matches("2"))
-    assert answers.get("q1") == matches("1")
+    assert cached(answers, "q1") == matches("1")
     answers.clear()
     assert answers.generation != before
-    assert answers.get("q1") is None and answers.get("q2") is None
+    assert cached(answers, "q1") is None and cached(answers, "q2") is None
     assert (counts.hits, counts.misses) == (1, 2)
 
 
@@ -85,8 +94,8 @@ def test_a_metadata_change_drops_only_the_answers_it_can_change():
     answers.put(taken, "filtered on brand", matches("y"), ["brand"])
     answers.put(taken, "other", matches("z"))
     answers.changed({"x": {"stock"}})
-    assert answers.get("shows x") is None and answers.get("filtered on stock") is None
-    assert answers.get("filtered on brand") == matches("y") and answers.get("other") == matches("z")
+    assert cached(answers, "shows x") is None and cached(answers, "filtered on stock") is None
+    assert cached(answers, "filtered on brand") == matches("y") and cached(answers, "other") == matches("z")
     answers.changed({"w": set()})  # an item no answer shows, no key changed: nothing goes
     assert len(answers) == 2
 
@@ -99,9 +108,83 @@ def test_an_answer_computed_across_a_write_is_never_kept():
         taken = answers.generation
         write(answers)  # the write that landed while the reader computed
         answers.put(taken, "q", matches("stale"))
-        assert answers.get("q") is None
+        assert cached(answers, "q") is None
         answers.put(answers.generation, "q", matches("fresh"))
-        assert answers.get("q") == matches("fresh")
+        assert cached(answers, "q") == matches("fresh")
+
+
+def test_a_write_of_texts_is_logged_for_the_answers_with_a_margin_and_drops_the_others():
+    """An answer with a margin is looked up with the ids written since it was ranked, over every write after it; one
+    without (a filtered answer) is gone once a write of texts starts. Nothing ranked while a write is under way is
+    kept: it may have read part of it."""
+    answers = AnswerCache(100)
+    answers.put(answers.generation, "checked", matches("x"), margin=MARGIN)
+    answers.put(answers.generation, "filtered", matches("y"), ["shop"])
+    with answers.writing(["a", "b"]):
+        assert cached(answers, "filtered") is None
+        during = answers.generation
+        answers.put(during, "ranked meanwhile", matches("z"), margin=MARGIN)
+        assert not answers.quiet_since(during)
+    assert answers.lookup("ranked meanwhile") is None
+    later = answers.generation
+    answers.put(later, "ranked after", matches("z"), margin=MARGIN)
+    with answers.writing(["c"]):
+        pass
+    found = answers.lookup("checked")
+    assert found.matches == matches("x") and found.margin == MARGIN and found.written == {"a", "b", "c"}
+    assert answers.lookup("ranked after").written == {"c"}
+    answers.put(answers.generation, "fresh", matches("w"), margin=MARGIN)
+    assert answers.lookup("fresh").written == frozenset() and answers.quiet_since(answers.generation)
+
+
+def test_a_large_write_a_failed_one_or_one_of_unknown_items_drops_every_answer():
+    for write in (
+        lambda a: a.writing([f"i{n}" for n in range(caches.WRITE_LOG_ITEMS + 1)]),
+        lambda a: a.writing(None),
+    ):
+        answers = AnswerCache(100)
+        answers.put(answers.generation, "q", matches("x"), margin=MARGIN)
+        with write(answers):
+            pass
+        assert answers.lookup("q") is None
+    answers = AnswerCache(100)
+    answers.put(answers.generation, "q", matches("x"), margin=MARGIN)
+    with pytest.raises(RuntimeError), answers.writing(["a"]):
+        raise RuntimeError("the store failed")
+    assert answers.lookup("q") is None
+
+
+def test_an_answer_older_than_the_log_or_with_too_many_writes_since_is_not_checked(monkeypatch):
+    monkeypatch.setattr(caches, "WRITE_LOG", 3)
+    answers = AnswerCache(100)
+    answers.put(answers.generation, "old", matches("x"), margin=MARGIN)
+    for n in range(3):
+        with answers.writing([f"i{n}"]):
+            pass
+    assert answers.lookup("old").written == {"i0", "i1", "i2"}
+    with answers.writing(["i3"]):  # the first write leaves the log
+        pass
+    assert answers.lookup("old").written is None
+    monkeypatch.setattr(caches, "RECHECK_MAX", 1)
+    answers.put(answers.generation, "new", matches("x"), margin=MARGIN)
+    with answers.writing(["a", "b"]):
+        pass
+    assert answers.lookup("new").written is None
+
+
+def test_outcomes_are_counted_hit_checked_or_miss():
+    counts = Counts()
+    checked = []
+    answers = AnswerCache(100, counts.hit, counts.miss, lambda: checked.append(True))
+    answers.put(answers.generation, "q", matches("x"), margin=MARGIN)
+    answers.lookup("q")
+    answers.lookup("nothing")
+    with answers.writing(["a"]):
+        pass
+    answers.lookup("q")  # written since: the caller counts what its check gave
+    answers.rechecked(True)
+    answers.rechecked(False)
+    assert (counts.hits, counts.misses, len(checked)) == (1, 2, 1)
 
 
 def test_the_indexes_hold_only_the_answers_kept():
@@ -115,8 +198,9 @@ def test_the_indexes_hold_only_the_answers_kept():
     assert set(answers._showing) == {"item 17", "item 99"} and set(answers._filtered) == {"key 17", "key 99"}
     answers.changed({"item 19": {"key 19"}})  # the replaced answer's id and key drop nothing
     assert len(answers) == 2
+    answers.put(answers.generation, "unchecked", matches("u"))
     answers.clear()
-    assert not answers._showing and not answers._filtered
+    assert not answers._showing and not answers._filtered and not answers._unchecked
 
 
 def test_batcher_encodes_only_texts_it_has_not_seen():
@@ -166,6 +250,6 @@ def test_caches_are_bounded_by_bytes_too():
     for n in range(20):  # by count these would all fit
         answers.put(0, n, answer(n, 200))
     assert len(answers) == 3 and answers.nbytes <= 4 * answer_bytes(large)
-    assert answers.get(19) is not None and answers.get(0) is None
+    assert cached(answers, 19) is not None and cached(answers, 0) is None
     answers.put(0, "huge", answer(99, 5000))  # larger than the whole cache: not kept, nothing else evicted
-    assert answers.get("huge") is None and len(answers) == 3
+    assert cached(answers, "huge") is None and len(answers) == 3

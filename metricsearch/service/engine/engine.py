@@ -36,6 +36,7 @@ from metricsearch.service.engine.lexical_scores import LexicalScores
 from metricsearch.service.engine.limits import Limits
 from metricsearch.service.engine.queries import Query, QueryBuilder, TextQuery
 from metricsearch.service.engine.ranker import Options, Ranker
+from metricsearch.service.engine.recheck import Recheck
 from metricsearch.service.engine.statistics import Statistics
 from metricsearch.service.store.base import Condition, Store, StoredItem
 
@@ -131,8 +132,7 @@ class Engine:
             self.statistics,
             limits=limits,
             batch_size=index_batch_size,
-            on_write=self.answers.clear,
-            on_metadata=self.answers.changed,
+            answers=self.answers,
             on_indexed=on_indexed,
         )
         self.queries = QueryBuilder(store, self.layout, lexical, batcher, timeout_s)
@@ -146,6 +146,7 @@ class Engine:
             candidates_factor=candidates_factor,
             max_candidates=max_candidates,
         )
+        self.recheck = Recheck(store, self.ranker, self.rerank, scores, self.statistics, self.answers)
 
     # ---------------------------------------------------------------- one query
     def answer(self, request: SimilarRequest, text: Query | None = None) -> list[Match]:
@@ -175,13 +176,32 @@ class Engine:
         return self.ranker.rank([self.queries.of_id(item_id)], k, conditions, [*exclude_ids, item_id])
 
     def _cached(self, item_id: str, k: int, conditions: Sequence[Condition], exclude_ids: Sequence[str]) -> list[Match]:
-        """`similar_to_item`, answered from the answer cache until a write can change the answer (cache.py)."""
+        """`similar_to_item`, answered from the answer cache until a write can change the answer (cache.py); an
+        unfiltered one is checked after writes of texts (recheck.py)."""
+        if not self.answers.enabled:
+            return self.similar_to_item(item_id, k, conditions, exclude_ids)
         key = answer_key(item_id, k, conditions, exclude_ids)
         generation = self.answers.generation  # before the read: see cache.py
-        matches = self.answers.get(key)
-        if matches is None:
+        cached = self.answers.lookup(key)
+        if cached is not None and cached.written == frozenset():
+            return cached.matches
+        if conditions:  # a filtered answer is not checked: a write of texts drops it
+            if cached is not None:
+                self.answers.rechecked(False)
             matches = self.similar_to_item(item_id, k, conditions, exclude_ids)
             self.answers.put(generation, key, matches, [condition.key for condition in conditions])
+            return matches
+        query = self.queries.of_id(item_id)
+        if cached is not None:
+            checked = self.recheck.checked(item_id, query, k, exclude_ids, cached)
+            kept = checked is not None and self.answers.quiet_since(generation)  # else a write landed meanwhile
+            self.answers.rechecked(kept)
+            if kept:
+                matches, margin = checked
+                self.answers.put(generation, key, matches, margin=margin)
+                return matches
+        matches, margin = self.recheck.rank(query, k, [*exclude_ids, item_id])
+        self.answers.put(generation, key, matches, margin=margin)
         return matches
 
     def get(self, item_id: str) -> StoredItem:

@@ -17,6 +17,7 @@ from metricsearch.core.errors import NotFoundError
 from metricsearch.core.lexical import LexicalFields
 from metricsearch.core.records import Item
 from metricsearch.encoder import Encoder
+from metricsearch.service.cache import AnswerCache
 from metricsearch.service.engine.layout import FieldLayout, content_hash
 from metricsearch.service.engine.limits import Limits
 from metricsearch.service.engine.statistics import Statistics
@@ -86,14 +87,13 @@ class Indexer:
         *,
         limits: Limits | None = None,
         batch_size: int = 64,
-        on_write: Callable[[], None] = lambda: None,
-        on_metadata: Callable[[Mapping[str, Collection[str]]], None] | None = None,
+        answers: AnswerCache | None = None,
         on_indexed: Callable[[IndexResult], None] | None = None,
     ) -> None:
-        """After each write (or failed write attempt) reached the store, for the cached answers: `on_metadata` with
-        the items whose metadata alone changed, each with its keys that did, where that is all the write changed
-        (their vectors and terms were rewritten as they were); else `on_write`. `on_indexed` counts what an /index
-        request wrote, for the metrics."""
+        """`answers`: the cached answers each write is told of (service/cache.py): a write of texts around it
+        (`writing`, with the items' ids), a write that changed only some items' metadata after it landed
+        (`changed`, with each item's keys that did). `on_indexed` counts what an /index request wrote, for the
+        metrics."""
         self.store = store
         self.encoder = encoder
         self.layout = layout
@@ -101,8 +101,7 @@ class Indexer:
         self.statistics = statistics
         self.limits = limits
         self.batch_size = batch_size
-        self._on_write = on_write
-        self._on_metadata = on_metadata or (lambda _changed: on_write())
+        self.answers = AnswerCache(0) if answers is None else answers
         self._on_indexed = on_indexed or (lambda _result: None)
         self.writes = WriteGate()
         self.replica: Replica | None = None
@@ -196,16 +195,22 @@ class Indexer:
         """`changed`: the metadata keys changed of each record, where that is all they change; None: anything."""
         if not records:
             return
-        landed = False
         try:
-            self.store.upsert(records)
-            landed = True
-        finally:  # a failed upsert may still have written some points
-            self.statistics.written(len(records))
-            if landed and changed is not None:
-                self._on_metadata(changed)
+            if changed is None:
+                with self.answers.writing([record.id for record in records]):
+                    self.store.upsert(records)
             else:
-                self._on_write()
+                landed = False
+                try:
+                    self.store.upsert(records)
+                    landed = True
+                finally:  # a failed upsert may still have written some points
+                    if landed:
+                        self.answers.changed(changed)
+                    else:
+                        self.answers.clear()
+        finally:
+            self.statistics.written(len(records))
 
     def encode_items(self, items: Sequence[Item], batch_size: int) -> list[StoredItem]:
         """Items as the records this store holds: every field encoded, and their lexical vectors."""
@@ -237,30 +242,21 @@ class Indexer:
             sparse=self.lexical.documents(item.title, item.description) if self.lexical else {},
         )
 
-    def _written(self, n: int) -> None:
-        self.statistics.written(n)
-        self._on_write()
-
     def delete(self, item_id: str) -> None:
-        with self.writes.shared():
-            try:
-                deleted = self.store.delete([item_id])
-            finally:
-                self._written(1)
-            if self.replica is not None:
-                self.replica.deleted([item_id])
-        if deleted == 0:
+        if self.delete_many([item_id]) == 0:
             raise NotFoundError(f"no item with id {item_id!r}")
 
     def delete_many(self, ids: Sequence[str]) -> int:
         """Remove the items of `ids` that exist; returns how many did."""
+        distinct = list(dict.fromkeys(ids))
         with self.writes.shared():
             try:
-                deleted = self.store.delete(list(dict.fromkeys(ids)))
+                with self.answers.writing(distinct):
+                    deleted = self.store.delete(distinct)
             finally:
-                self._written(len(ids))
+                self.statistics.written(len(distinct))
             if self.replica is not None:
-                self.replica.deleted(ids)
+                self.replica.deleted(distinct)
         return deleted
 
     def delete_where(self, conditions: Sequence[Condition]) -> int:
@@ -268,9 +264,10 @@ class Indexer:
         deleted = 0
         with self.writes.shared():
             try:
-                deleted = self.store.delete_where(conditions)
+                with self.answers.writing(None):
+                    deleted = self.store.delete_where(conditions)
             finally:
-                self._written(max(deleted, 1))
+                self.statistics.written(max(deleted, 1))
             if self.replica is not None:
                 self.replica.deleted_where(conditions)
         return deleted

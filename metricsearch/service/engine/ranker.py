@@ -79,6 +79,15 @@ class _Scored:
     shown_later: frozenset[str]
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """A plain query's matches, the ids of the next candidates (`reserve`) and the best score after them."""
+
+    matches: list[Match]
+    reserve: tuple[str, ...]
+    next_best: float
+
+
 class Ranker:
     def __init__(
         self,
@@ -142,6 +151,45 @@ class Ranker:
                 break
             limit = _wider(limit, widest)
         return self._matches(positives[0], scored, scores, components, picked[options.offset :])
+
+    def ranking(self, query: Query, k: int, exclude_ids: Sequence[str], reserve: int) -> Ranking:
+        """A plain unfiltered query's k best (as `rank` gives them), and what checks them after writes: the ids of the
+        next `reserve` candidates and the best score after those (-inf when the candidates were every item)."""
+        if k < 1:
+            raise InvalidInputError("k must be at least 1")
+        limit = self.candidate_limit(k)
+        scored = self._score([query], [], limit, (), exclude_ids)
+        if scored is None:
+            return Ranking([], (), -np.inf)
+        ids = scored.found.ids
+        picked = scoring.top_k(scored.scores, k + reserve + 1, ids).tolist()
+        if len(scored.found.listings) < limit and len(picked) <= k + reserve:  # every item was a candidate
+            held, next_best = picked[k:], -np.inf
+        else:
+            held, next_best = picked[k:-1], float(scored.scores[picked[-1]]) if len(picked) > k else np.inf
+        matches = self._matches(query, scored, scored.scores, scored.components, picked[:k])
+        return Ranking(matches, tuple(ids[i] for i in held), next_best)
+
+    def rescored(self, query: Query, ids: Sequence[str], k: int, reserve: int) -> Ranking:
+        """The stored items among `ids`, scored as a search's candidates are, ranked as `ranking` ranks candidates
+        (its -inf when they are all held): a cached answer's check (engine/recheck.py)."""
+        found = self.store.get(ids, with_vectors=True)
+        items = [found[i] for i in ids if i in found]
+        if not items:
+            return Ranking([], (), -np.inf)
+        vectors = {name: np.stack([item.vectors[name] for item in items]) for name in items[0].vectors}
+        listings = [Listing(item.id, item.title, item.metadata) for item in items]
+        points = self.store.points([item.id for item in items])
+        result = SearchResult(listings, np.zeros(len(items), np.float32), vectors, points)
+        candidates = self.layout.stored(vectors)
+        by_lexical = None if self.lexical is None else self.lexical.score(query.terms, candidates.present, points)
+        stats = self.statistics.current() if self.rerank.needs_stats else None
+        ranked = self.rerank(query.vectors, candidates, by_lexical, stats)
+        scored = _Scored(result, candidates, ranked.scores, ranked.components, frozenset())
+        picked = scoring.top_k(ranked.scores, k + reserve + 1, result.ids).tolist()
+        next_best = float(ranked.scores[picked[-1]]) if len(picked) > k + reserve else -np.inf
+        matches = self._matches(query, scored, ranked.scores, ranked.components, picked[:k])
+        return Ranking(matches, tuple(result.ids[i] for i in picked[k : k + reserve]), next_best)
 
     def _score(
         self,

@@ -215,6 +215,13 @@ class Store(Protocol):
         the query or has no such vector. A query is scored against the stored vector of its own name, or the one
         `using` names."""
 
+    def term_idf(
+        self, queries: Mapping[str, SparseVector], using: Mapping[str, str] | None = None
+    ) -> dict[str, np.ndarray] | None:
+        """Each named sparse query's idf of its terms now (aligned with its indices; `using` as for `lexical_scores`),
+        what a cached answer's check compares with those it was ranked with; None where answers are not cached
+        (`traits.cache_answers` false: other processes write the store)."""
+
     def metadata_kinds(self, key: str) -> set[str]:
         """The payload index types (payload.value_kinds) of the values stored under metadata `key`, read until a
         second one shows; empty when no item holds it: what an automatic index is typed from (auto_index.py)."""

@@ -26,8 +26,8 @@ ITEMS = [
 
 def lookups(client, cache: str) -> dict[str, float]:
     text = client.get("/metrics").text
-    pattern = rf'metricsearch_cache_lookups_total{{cache="{cache}",outcome="(hit|miss)"}} ([0-9.e+]+)'
-    return {"hit": 0.0, "miss": 0.0} | {outcome: float(n) for outcome, n in re.findall(pattern, text)}
+    pattern = rf'metricsearch_cache_lookups_total{{cache="{cache}",outcome="(hit|miss|checked)"}} ([0-9.e+]+)'
+    return {"hit": 0.0, "miss": 0.0, "checked": 0.0} | {outcome: float(n) for outcome, n in re.findall(pattern, text)}
 
 
 def similar(client, **body) -> list[dict]:
@@ -76,6 +76,22 @@ def test_every_kind_of_write_is_seen_by_the_next_answer(client):
     assert lookups(client, "answer")["hit"] == hits + 1
 
 
+def test_an_answer_outlives_a_write_of_another_item_once_checked(client):
+    """A new item that does not enter the answer: the answer is served again, checked (counted so), its scores those
+    of the catalog now (the idf moved); a filtered answer is ranked anew; the next request finds it as cached."""
+    first = similar(client, id="c3", k=2)
+    filtered = similar(client, id="c3", k=2, filter={"flag": 1})
+    before = lookups(client, "answer")
+    assert client.post("/index", json={"items": [{"id": "far", "title": "kettle descaler"}]}).status_code == 200
+    assert [r["id"] for r in similar(client, id="c3", k=2)] == [r["id"] for r in first]
+    assert [r["id"] for r in similar(client, id="c3", k=2, filter={"flag": 1})] == [r["id"] for r in filtered]
+    after = lookups(client, "answer")
+    assert after["checked"] == before["checked"] + 1 and after["miss"] == before["miss"] + 1
+    similar(client, id="c3", k=2)
+    assert lookups(client, "answer")["hit"] == after["hit"] + 1
+    assert client.delete("/items/far").status_code == 204
+
+
 def test_filters_that_compare_equal_in_python_are_different_answers(client):
     """true == 1 in Python, not in a filter: the cache key must not conflate them."""
     by_true = {r["id"] for r in similar(client, id="c0", k=5, filter={"flag": True})}
@@ -104,4 +120,4 @@ def test_caches_off_answer_the_same(tiny_bundle, start_service, tmp_path, client
             assert [i for i, _ in uncached] == [i for i, _ in ranked]
             assert [s for _, s in uncached] == pytest.approx([s for _, s in ranked], rel=1e-5, abs=1e-6)
             assert [(r["id"], r["score"]) for r in similar(client, **body)] == ranked  # from the caches
-        assert lookups(other, "answer") == lookups(other, "embedding") == {"hit": 0.0, "miss": 0.0}
+        assert lookups(other, "answer") == lookups(other, "embedding") == {"hit": 0.0, "miss": 0.0, "checked": 0.0}

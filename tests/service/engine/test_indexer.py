@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from metricsearch.encoder import Encoder
 from metricsearch.service.engine import ANN_VECTOR, Engine, vector_schema
 from metricsearch.service.engine.indexer import changed_keys
 from metricsearch.service.store import EdgeStore
+from metricsearch.service.store.base import Equals
 
 # batch_size 2 x 2 workers: chunks of 4 items, [0-3], [4-7], [8-9].
 ITEMS = [Item(f"i{n}", f"item {n} title", f"description of item {n}" if n % 3 else "", {"n": n}) for n in range(10)]
@@ -90,35 +92,65 @@ def test_after_a_failure_nothing_more_is_written(indexer, monkeypatch, kind, err
         assert CHUNKS[2] not in [ids for e, ids, _ in events if e == "encode"]
 
 
-def test_a_write_of_metadata_alone_names_its_items_and_keys_and_any_other_changes_everything(indexer, monkeypatch):
-    """What the answer cache is told: a write that rewrote only metadata (the texts, hence vectors and terms, as they
-    were) names each item's changed keys; a new item, a new text or a delete may change any answer."""
-    told: list[object] = []
-    monkeypatch.setattr(indexer, "_on_write", lambda: told.append("everything"))
-    monkeypatch.setattr(indexer, "_on_metadata", lambda changed: told.append(dict(changed)))
+class Told:
+    """Records what the indexer tells the answer cache: each write of texts with its ids, each write of metadata
+    alone with its items' changed keys, and each drop of everything."""
+
+    def __init__(self) -> None:
+        self.told: list[object] = []
+
+    @contextmanager
+    def writing(self, ids):
+        self.told.append(("texts", None if ids is None else sorted(ids)))
+        try:
+            yield
+        except BaseException:
+            self.told.append("failed")
+            raise
+
+    def changed(self, metadata):
+        self.told.append({item_id: set(keys) for item_id, keys in metadata.items()})
+
+    def clear(self):
+        self.told.append("everything")
+
+
+def test_each_write_tells_the_answer_cache_its_items_texts_or_metadata(indexer, monkeypatch):
+    """A write that rewrote only metadata (the texts, hence vectors and terms, as they were) names each item's changed
+    keys; a new item, a new text and a delete name their ids around the write; a delete by filter names none."""
+    told = Told()
+    monkeypatch.setattr(indexer, "answers", told)
     indexer.index(ITEMS[:3])
     moved = [Item(i.id, i.title, i.description, {"n": i.metadata["n"], "stock": 1}) for i in ITEMS[:2]]
     indexer.index([*moved, ITEMS[2]])  # the third unchanged: no write of it
     indexer.index([Item("i0", "item 0 new title", "", {"n": 5})])  # a new text, and new metadata
     indexer.index(moved[1:])  # written as it is stored: nothing to tell
     indexer.delete("i1")
-    assert told == ["everything", {"i0": {"stock"}, "i1": {"stock"}}, "everything", "everything"]
+    indexer.delete_where([Equals("n", 2)])
+    assert told.told == [
+        ("texts", ["i0", "i1", "i2"]),
+        {"i0": {"stock"}, "i1": {"stock"}},
+        ("texts", ["i0"]),
+        ("texts", ["i1"]),
+        ("texts", None),
+    ]
 
 
-def test_a_failed_write_of_metadata_changes_everything(indexer, monkeypatch):
+def test_a_failed_write_drops_every_answer(indexer, monkeypatch):
     """A failed upsert may have written some points, of which nothing is known."""
     indexer.index(ITEMS[:1])
-    told: list[object] = []
-    monkeypatch.setattr(indexer, "_on_write", lambda: told.append("everything"))
-    monkeypatch.setattr(indexer, "_on_metadata", lambda changed: told.append(dict(changed)))
+    told = Told()
+    monkeypatch.setattr(indexer, "answers", told)
 
     def failing(records):
         raise StoreUnavailableError("the store failed", 1)
 
     monkeypatch.setattr(indexer.store, "upsert", failing)
     with pytest.raises(StoreUnavailableError):
-        indexer.index([Item("i0", ITEMS[0].title, ITEMS[0].description, {"n": 1})])
-    assert told == ["everything"]
+        indexer.index([Item("i0", ITEMS[0].title, ITEMS[0].description, {"n": 1})])  # metadata alone
+    with pytest.raises(StoreUnavailableError):
+        indexer.index([Item("i0", "a new title", "", {"n": 1})])  # a new text
+    assert told.told == ["everything", ("texts", ["i0"]), "failed"]
 
 
 def test_changed_keys_compare_values_as_stored():

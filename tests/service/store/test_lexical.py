@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from qdrant_client import QdrantClient
 
-from metricsearch.core.lexical import LexicalFields, code_vector, document_frequencies, lexical_scores, term_vector
+from metricsearch.core.lexical import (
+    LexicalFields,
+    code_vector,
+    document_frequencies,
+    idf,
+    lexical_scores,
+    term_vector,
+)
 from metricsearch.service.store import EdgeStore, RemoteStore
 from metricsearch.service.store.base import Equals, StoredItem, VectorSchema, lexical_limit
 from metricsearch.service.store.edge import term_rows
@@ -72,6 +79,27 @@ def test_a_query_scored_against_another_stored_vector_equals_brute_force(store):
     expected = lexical_scores(query, [term_vector(t) for t in TITLES], frequencies, documents)
     assert expected.max() > 0
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_the_embedded_store_gives_the_idf_of_a_querys_terms_now_and_a_server_store_none(store):
+    """What a cached answer's check compares (engine/recheck.py): each term's idf over the documents now, for its
+    own vector or the one `using` names; a server computes its idf itself, and its answers are not cached."""
+    queries = {"lex_title": term_vector("sony turntable shirt unknownword"), "codes": code_vector("ps-lx350h")}
+    got = store.term_idf(queries, {"codes": "lex_title"})
+    if isinstance(store, RemoteStore):
+        assert got is None
+        return
+    frequencies, documents = document_frequencies(term_vector(t) for t in TITLES)
+    for name, query in queries.items():
+        df = np.array([frequencies.get(int(t), 0) for t in query.indices], dtype=np.float64)
+        np.testing.assert_allclose(got[name], idf(df, documents))
+    store.upsert(
+        [StoredItem("more", "sony", "", {}, "m", {"ann": np.ones(8, np.float32)}, {"lex_title": term_vector("sony")})]
+    )
+    sony = list(queries["lex_title"].indices).index(term_vector("sony").indices[0])
+    now = store.term_idf(queries, {"codes": "lex_title"})["lex_title"]
+    assert now[sony] < got["lex_title"][sony]  # held by more documents now
+    assert (np.delete(now, sony) > np.delete(got["lex_title"], sony)).all()  # as many among more documents
 
 
 @pytest.mark.parametrize("conditions", [(), (Equals("shop", "a"),), (Equals("shop", "nowhere"),)])

@@ -372,6 +372,12 @@ class EdgeStore:
         with self._live.lock:
             return self._copy.terms.scores(queries, self._copy.vectors.row_of(points), using)
 
+    def term_idf(
+        self, queries: Mapping[str, SparseVector], using: Mapping[str, str] | None = None
+    ) -> dict[str, np.ndarray]:
+        with self._live.lock:
+            return self._copy.terms.idf(queries, using)
+
     def metadata_kinds(self, key: str) -> set[str]:
         """Read a page at a time under the lock, like a search, so searches go on between pages."""
         path = metadata_path(key)

@@ -204,6 +204,12 @@ class TermRows:
             scores |= postings.scores(named, postings.gather(rows))
         return scores
 
+    def idf(self, queries: Mapping[str, SparseVector], using: Mapping[str, str] | None = None) -> dict[str, np.ndarray]:
+        """Each named query's idf of its terms, now, over the vector `using` names (else its own)."""
+        return {
+            name: self._postings[(using or {}).get(name, name)].idf(query.indices) for name, query in queries.items()
+        }
+
     def vectors(self, row: int) -> dict[str, SparseVector]:
         """A row's stored sparse vectors by name, copied (none for a vector it lacks, or for a row of -1)."""
         found = {}

@@ -353,6 +353,10 @@ class RemoteStore:
         scores.update({name: aligned_scores(a.points, points) for name, a in zip(named, answers, strict=True)})
         return scores
 
+    def term_idf(self, queries: Mapping[str, SparseVector], using: Mapping[str, str] | None = None) -> None:
+        """None: the server computes the idf, and its answers are not cached (other replicas write it too)."""
+        return None
+
     def metadata_kinds(self, key: str) -> set[str]:
         """A call through the breaker a page, so requests keep their share of the calls in flight."""
         path = metadata_path(key)
