@@ -173,23 +173,22 @@ class Ranker:
     def rescored(self, query: Query, ids: Sequence[str], k: int, reserve: int) -> Ranking:
         """The stored items among `ids`, scored as a search's candidates are, ranked as `ranking` ranks candidates
         (its -inf when they are all held): a cached answer's check (engine/recheck.py)."""
-        found = self.store.get(ids, with_vectors=True)
-        items = [found[i] for i in ids if i in found]
-        if not items:
+        lexical = self.lexical
+        queries = lexical.queries(query.terms, None) if lexical is not None else {}
+        found = self.store.listed(ids, queries, lexical.using if lexical is not None else None)
+        if not found.listings:
             return Ranking([], (), -np.inf)
-        vectors = {name: np.stack([item.vectors[name] for item in items]) for name in items[0].vectors}
-        listings = [Listing(item.id, item.title, item.metadata) for item in items]
-        points = self.store.points([item.id for item in items])
-        result = SearchResult(listings, np.zeros(len(items), np.float32), vectors, points)
-        candidates = self.layout.stored(vectors)
-        by_lexical = None if self.lexical is None else self.lexical.score(query.terms, candidates.present, points)
+        candidates = self.layout.stored(found.vectors)
+        by_lexical = None
+        if lexical is not None:
+            by_lexical = lexical.components(found.lexical, query.terms, candidates.present, None)
         stats = self.statistics.current() if self.rerank.needs_stats else None
         ranked = self.rerank(query.vectors, candidates, by_lexical, stats)
-        scored = _Scored(result, candidates, ranked.scores, ranked.components, frozenset())
-        picked = scoring.top_k(ranked.scores, k + reserve + 1, result.ids).tolist()
+        scored = _Scored(found, candidates, ranked.scores, ranked.components, frozenset())
+        picked = scoring.top_k(ranked.scores, k + reserve + 1, found.ids).tolist()
         next_best = float(ranked.scores[picked[-1]]) if len(picked) > k + reserve else -np.inf
         matches = self._matches(query, scored, ranked.scores, ranked.components, picked[:k])
-        return Ranking(matches, tuple(result.ids[i] for i in picked[k : k + reserve]), next_best)
+        return Ranking(matches, tuple(found.ids[i] for i in picked[k : k + reserve]), next_best)
 
     def _score(
         self,

@@ -215,6 +215,13 @@ class Store(Protocol):
         the query or has no such vector. A query is scored against the stored vector of its own name, or the one
         `using` names."""
 
+    def listed(
+        self, ids: Sequence[str], scored: Mapping[str, SparseVector], using: Mapping[str, str] | None = None
+    ) -> SearchResult:
+        """The stored items among `ids` as a search's hits (their listings, vectors and `scored` queries' lexical
+        scores, `using` as for `lexical_scores`), in no particular order, their `scores` 0: what a cached answer's
+        check rescores (engine/recheck.py)."""
+
     def term_idf(
         self, queries: Mapping[str, SparseVector], using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray] | None:

@@ -81,6 +81,22 @@ def test_a_query_scored_against_another_stored_vector_equals_brute_force(store):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_listed_items_are_read_as_a_search_reads_its_hits(store):
+    """A cached answer's check reads the items it rescores as a search reads its candidates: the same listings,
+    vectors and lexical scores, items not stored left out."""
+    queries = {"lex_title": term_vector("sony turntable shirt"), "codes": code_vector("PS-LX350H EOS-5D")}
+    using = {"codes": "lex_title"}
+    found = store.search(np.ones(8), 6, (), (), None, queries, using)
+    listed = store.listed([*reversed(found.ids), "not-stored"], queries, using)
+    order = [listed.ids.index(i) for i in found.ids]
+    assert sorted(listed.ids) == sorted(found.ids) and [listed.listings[n] for n in order] == found.listings
+    np.testing.assert_allclose(listed.vectors["ann"][order], found.vectors["ann"], rtol=1e-6)
+    assert listed.points == store.points(listed.ids)
+    for name in queries:
+        np.testing.assert_allclose(listed.lexical[name][order], found.lexical[name], rtol=1e-6)
+    assert store.listed(["not-stored"], queries, using).listings == []
+
+
 def test_the_embedded_store_gives_the_idf_of_a_querys_terms_now_and_a_server_store_none(store):
     """What a cached answer's check compares (engine/recheck.py): each term's idf over the documents now, for its
     own vector or the one `using` names; a server computes its idf itself, and its answers are not cached."""

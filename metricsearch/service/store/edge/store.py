@@ -372,6 +372,20 @@ class EdgeStore:
         with self._live.lock:
             return self._copy.terms.scores(queries, self._copy.vectors.row_of(points), using)
 
+    def listed(
+        self, ids: Sequence[str], scored: Mapping[str, SparseVector], using: Mapping[str, str] | None = None
+    ) -> SearchResult:
+        """From the in-memory copies, read once under the lock as a search's hits are."""
+        points = self.points(list(dict.fromkeys(ids)))
+        copy = self._copy
+        with self._live.lock:
+            rows = copy.vectors.row_of(points)
+            rows = rows[rows >= 0]
+            listings, vectors = copy.vectors.take(rows)
+            lexical_scores = copy.terms.scores(scored, rows, using) if scored else {}
+            points = copy.vectors.points_at(rows)
+        return SearchResult(listings, np.zeros(len(rows), np.float32), vectors, points, lexical_scores)
+
     def term_idf(
         self, queries: Mapping[str, SparseVector], using: Mapping[str, str] | None = None
     ) -> dict[str, np.ndarray]:

@@ -40,6 +40,7 @@ from metricsearch.service.store import base
 from metricsearch.service.store.auto_index import AutoIndex
 from metricsearch.service.store.base import (
     Condition,
+    Listing,
     SearchResult,
     SnapshotReport,
     StoredItem,
@@ -352,6 +353,20 @@ class RemoteStore:
             answers = self._client.query_batch_points(self.collection, requests=requests)
         scores.update({name: aligned_scores(a.points, points) for name, a in zip(named, answers, strict=True)})
         return scores
+
+    def listed(
+        self, ids: Sequence[str], scored: Mapping[str, SparseVector], using: Mapping[str, str] | None = None
+    ) -> SearchResult:
+        """Two calls, as a search's are: the points with their vectors, then their lexical scores."""
+        found = list(self.get(ids, with_vectors=True).values())
+        vectors = {
+            name: np.array([item.vectors[name] for item in found], dtype=np.float32).reshape(len(found), size)
+            for name, size in self._schema.sizes.items()
+        }
+        points = self.points([item.id for item in found])
+        listings = [Listing(item.id, item.title, item.metadata) for item in found]
+        scores = self.lexical_scores(scored, points, using) if scored else {}
+        return SearchResult(listings, np.zeros(len(found), np.float32), vectors, points, scores)
 
     def term_idf(self, queries: Mapping[str, SparseVector], using: Mapping[str, str] | None = None) -> None:
         """None: the server computes the idf, and its answers are not cached (other replicas write it too)."""
