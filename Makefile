@@ -73,6 +73,7 @@ bench-quick: $(VENV)/.dev-installed $(BUNDLE)/bundle.json | /usr/bin/wrk
 	$(BIN)/python -m bench.indexing --rounds 1 --peers --durability-s 2
 	$(BIN)/python -m bench.profile --items 10000 --seconds 4
 	$(BIN)/python -m bench.rollout --items 2000 --before 300 --after 300 --phase-s 5
+	$(BIN)/python -m bench.cache --queries 2000
 
 bench: $(VENV)/.dev-installed $(BUNDLE)/bundle.json | /usr/bin/wrk
 	$(BIN)/python -m bench.latency
@@ -82,6 +83,7 @@ bench: $(VENV)/.dev-installed $(BUNDLE)/bundle.json | /usr/bin/wrk
 	$(BIN)/python -m bench.encoder
 	$(BIN)/python -m bench.quality --trained
 	$(BIN)/python -m bench.rollout
+	$(BIN)/python -m bench.cache
 	$(BIN)/python -m loadtests.soak --duration 30m --bundle $(BUNDLE)
 
 # Locust storefront mix against a running service, headless and bounded; reports in loadtests/reports/.

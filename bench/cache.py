@@ -31,8 +31,7 @@ from bench.data import SHARED_PAIRS, Product
 from bench.report import BENCHMARKS, command, table, write_section, write_summary
 from metricsearch.core.records import Item
 from metricsearch.core.schemas import SimilarRequest
-from metricsearch.service.config import Settings
-from metricsearch.service.lifecycle import Service
+from metricsearch.service import Service, Settings
 
 SECTION = "Answer cache under writes"
 K = 10

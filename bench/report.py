@@ -33,7 +33,7 @@ CHOICES = "Choices behind the defaults"
 ORDER = {
     "BENCHMARKS.md": [
         *(SUMMARY, "Latency", "Hot path profile", "Indexing", "Durability", "Memory", "Encoder"),
-        *("Model rollout", "Soak", "Container vs host", CHOICES),
+        *("Answer cache under writes", "Model rollout", "Soak", "Container vs host", CHOICES),
     ],
     "EVALUATION.md": [
         SUMMARY,

@@ -175,6 +175,17 @@ def test_quality(fused_tiny_bundle, bench_data):
     assert all(-1 <= float(row[1]) <= 1 for row in rows(out, "STS-benchmark: scorer"))
 
 
+def test_cache(tiny_bundle, bench_data):
+    """Every request of a stream with writes is answered and compared with a ranking anew; the shares add up."""
+    args = ["--queries", "200", "--write-share", "0.1", "--pairs", "Abt-Buy", "--bundle", str(tiny_bundle)]
+    out = run_bench("bench.cache", args, bench_data)
+    ((catalog, served, old, agreement, identical, _),) = rows(out, "catalog (writes)")
+    assert catalog.startswith("Abt-Buy (30 items;")
+    total, parts = served.split(" (")
+    assert float(total) == pytest.approx(sum(map(float, parts.rstrip(")").split(" + "))), abs=1e-3)
+    assert 0 <= float(old) <= float(total) <= 1 and 0 <= float(identical) <= float(agreement) <= 1
+
+
 def test_rollout(tiny_bundle, bench_data, tmp_path):
     args = ["--items", "200", "--before", "5", "--after", "5", "--phase-s", "0.5", "--write-batch", "1"]
     out = run_bench(
