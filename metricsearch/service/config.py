@@ -233,7 +233,7 @@ class Settings(BaseSettings):
         10000,
         ge=0,
         description="/similar-by-id answers kept in an LRU until a write can change them (a write of metadata alone "
-        "keeps those it cannot); 0 = off",
+        "keeps those it cannot; an unfiltered answer is checked after writes of texts); 0 = off",
     )
     answer_cache_mb: float = Field(64, ge=0, description="estimated MB the answer cache may hold; 0 = off")
     workers: int = Field(

@@ -14,7 +14,10 @@ ranking with one positive query; a recommendation has several, and negative ones
    per-group cap in one greedy pass) from at least MMR_POOL x (k + offset) candidates. The first offset are skipped.
    With group_by, the candidates widen WIDEN times at a time while fewer than k + offset were picked and the store
    had more, up to MS_MAX_CANDIDATES divided by the number of queries: each is scored against every candidate, so
-   the widening bounds a request's work, not only its candidates."""
+   the widening bounds a request's work, not only its candidates.
+
+A plain unfiltered query by id is ranked by `ranking`, which also names the next candidates and the best score after
+them; `rescored` ranks given items alike: what the answer cache's check after writes reads (recheck.py)."""
 
 from __future__ import annotations
 
