@@ -6,7 +6,6 @@ place and the queries left past its deadline with a timeout (tiny bundle, embedd
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 
 import pytest
@@ -14,8 +13,9 @@ import pytest
 from metricsearch.core.errors import NotFoundError, TimedOutError
 from metricsearch.core.records import Item
 from metricsearch.core.schemas import SimilarRequest
-from metricsearch.service.engine import Answered, statistics
+from metricsearch.service.engine import Answered
 from tests.service.catalogs import WORDS, catalog_items
+from tests.service.engine.answers import Outcomes, same_answer
 
 
 def test_a_plain_query_by_id_is_answered_from_the_cache_until_a_write_can_change_it(engine):
@@ -32,20 +32,6 @@ def test_a_plain_query_by_id_is_answered_from_the_cache_until_a_write_can_change
     engine.indexer.index([Item("scarf", "red silk scarf", "")])  # a new item: the answer is checked, rescored
     assert same_answer(engine.answer(SimilarRequest(id="shirt", k=2)), engine.similar_to_item("shirt", 2))
     assert "scarf" in [m.id for m in engine.answer(SimilarRequest(id="shirt", k=4))]
-
-
-def same_answer(answer, anew) -> bool:
-    """The same items in the same order, with their titles and metadata, scores equal to float rounding: a rescored
-    item's score comes from a product over other candidates than the ranking's, which BLAS may round differently."""
-    return [(m.id, m.title, m.metadata) for m in answer] == [(m.id, m.title, m.metadata) for m in anew] and all(
-        math.isclose(a.score, b.score, rel_tol=1e-9, abs_tol=1e-12)
-        and a.field_scores.keys() == b.field_scores.keys()
-        and all(
-            (x is None and y is None) or math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
-            for x, y in zip(a.field_scores.values(), b.field_scores.values(), strict=True)
-        )
-        for a, b in zip(answer, anew, strict=True)
-    )
 
 
 def texts(engine, item_id: str) -> tuple[str, str]:
@@ -69,27 +55,6 @@ def test_an_answer_ranked_across_a_write_is_not_kept(engine, monkeypatch):
     after = engine.answer(SimilarRequest(id="shirt", k=2))
     assert after is not first and after[0].metadata == {"brand": "new"} != first[0].metadata
     assert engine.answer(SimilarRequest(id="shirt", k=2)) is after
-
-
-class Outcomes:
-    """Counts how the answer cache answered: as cached, served once checked, or ranked anew."""
-
-    def __init__(self, engine, monkeypatch) -> None:
-        self.hits = self.checked = self.anew = 0
-        lookup, rechecked = engine.answers.lookup, engine.answers.rechecked
-
-        def looked_up(key):
-            found = lookup(key)
-            self.hits += found is not None and found.written == frozenset()
-            return found
-
-        def told(kept):
-            self.checked += kept
-            self.anew += not kept
-            rechecked(kept)
-
-        monkeypatch.setattr(engine.answers, "lookup", looked_up)
-        monkeypatch.setattr(engine.answers, "rechecked", told)
 
 
 @pytest.mark.parametrize("seed", [7, 8])
@@ -136,63 +101,6 @@ def test_a_cached_answer_is_never_stale(exhaustive, monkeypatch, seed):
             served += 1
     assert outcomes.hits + outcomes.checked > served // 3, vars(outcomes)  # most writes left answers in place
     assert outcomes.checked > 0, vars(outcomes)
-
-
-def test_an_answer_outlives_writes_of_other_items_and_is_always_the_ranking_anew(exhaustive, monkeypatch):
-    """After new items and new texts of other items, a cached answer is answered again from the items it shows, its
-    reserve (the next best) and the items written, rescored, where the rest cannot beat them: it equals the ranking
-    computed anew, with a copy of the query's texts entering it first and a deleted item's place filled; a new text
-    of the query item has it ranked anew."""
-    engine = exhaustive
-    monkeypatch.setattr(statistics, "STATS_REFRESH", 1e9)  # no re-estimate between an answer and its ranking anew
-    outcomes = Outcomes(engine, monkeypatch)
-    rng = random.Random(3)
-    hot = ["i1", "i2", "i3", "i4", "i5"]
-    for query in hot:
-        engine.answer(SimilarRequest(id=query, k=5))
-    for step in range(12):
-        title = " ".join(rng.choices(WORDS, k=4))
-        target = f"new-{step}" if step % 3 else rng.choice([f"i{n}" for n in range(60, 120)])
-        engine.indexer.index([Item(target, title, " ".join(rng.choices(WORDS, k=8)))])
-        for query in hot:
-            answer = engine.answer(SimilarRequest(id=query, k=5))
-            assert same_answer(answer, engine.similar_to_item(query, 5)), (step, query)
-    assert outcomes.checked >= (outcomes.checked + outcomes.anew) // 2, vars(outcomes)  # most outlived the writes
-
-    twin = engine.get("i1")
-    engine.indexer.index([Item("twin", twin.title, twin.description)])
-    answer = engine.answer(SimilarRequest(id="i1", k=5))  # the copy enters it first
-    assert answer[0].id == "twin" and same_answer(answer, engine.similar_to_item("i1", 5))
-    shown = answer[1].id
-    engine.indexer.delete(shown)
-    answer = engine.answer(SimilarRequest(id="i1", k=5))
-    assert shown not in [m.id for m in answer] and len(answer) == 5
-    assert same_answer(answer, engine.similar_to_item("i1", 5))
-    anew = outcomes.anew
-    engine.indexer.index([Item("i1", "a wholly new title", "and a new description")])
-    assert same_answer(engine.answer(SimilarRequest(id="i1", k=5)), engine.similar_to_item("i1", 5))
-    assert outcomes.anew == anew + 1
-
-
-def test_no_score_rises_past_the_drift_bound(exhaustive, monkeypatch):
-    """Every item's fused score after writes of other items is at most its score before plus the check's bound on
-    how far the idf can have moved it, over every item of the catalog (the bound the check serves by)."""
-    engine = exhaustive
-    monkeypatch.setattr(statistics, "STATS_REFRESH", 1e9)
-    rng = random.Random(5)
-    query = engine.queries.of_id("i7")
-    every = [f"i{n}" for n in range(120) if n != 7]
-    before = engine.ranker.rescored(query, every, len(every), 0).matches
-    idf_then = engine.recheck.rank(query, 5, ["i7"])[1].idf
-    for step in range(15):  # new items, sharing the query's words or not, and rare words that rise in idf
-        words = [*rng.choices(WORDS, k=3), f"rare{step % 4}"]
-        engine.indexer.index([Item(f"new-{step}", " ".join(words), " ".join(rng.choices(WORDS, k=6)))])
-    after = engine.ranker.rescored(query, every, len(every), 0).matches
-    rise = max(now.score - then.score for then in before for now in after if now.id == then.id)
-    drift = engine.recheck.drift(query, idf_then, engine.recheck.idf(query))
-    assert rise <= drift + 1e-9, (rise, drift)
-    if engine.rerank.fusion is not None:
-        assert 0 < drift < 1  # the writes moved the idf, and the bound is not vacuous
 
 
 def test_options_that_change_nothing_give_the_plain_ranking(engine):

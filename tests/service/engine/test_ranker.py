@@ -61,3 +61,22 @@ def test_answer_is_the_exact_rerank_of_every_item(engine, k, shop):
     for query_id in ("i3", "i10", "i41", "i77"):
         served = engine.similar_to_item(query_id, k, conditions)
         assert [(m.id, m.score, m.field_scores) for m in served] == exact(engine, query_id, k, conditions)
+
+
+@pytest.mark.parametrize("k", [1, 10])
+def test_a_ranking_with_its_reserve_shows_what_rank_shows_and_rescored_items_rank_alike(engine, k):
+    """`ranking` (a cached answer's first ranking) shows `rank`'s matches and names the next k candidates, whose
+    scores lie between the last shown and the best after them; `rescored` of the shown and reserve ids, in any order,
+    ranks them as the search did."""
+    query = engine.queries.of_id("i3")
+    shown = engine.ranker.rank([query], k, (), ["i3"])
+    ranking = engine.ranker.ranking(query, k, ["i3"], reserve=k)
+    assert ranking.matches == shown and len(ranking.reserve) == k
+    wider = engine.ranker.rank([query], 2 * k + 1, (), ["i3"])
+    assert list(ranking.reserve) == [m.id for m in wider[k : 2 * k]] and ranking.next_best == wider[2 * k].score
+    ids = [*reversed(ranking.reserve), *(m.id for m in shown), "not-stored"]
+    again = engine.ranker.rescored(query, ids, k, reserve=k - 1)
+    assert [(m.id, m.title) for m in again.matches] == [(m.id, m.title) for m in shown]
+    assert [m.score for m in again.matches] == pytest.approx([m.score for m in shown], rel=1e-9)
+    assert again.reserve == ranking.reserve[: k - 1]
+    assert again.next_best == pytest.approx(wider[2 * k - 1].score, rel=1e-9)  # the reserve left out is next best
