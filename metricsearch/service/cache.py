@@ -292,8 +292,8 @@ class AnswerCache(_Lru[_Answer]):
     def writing(self, ids: Collection[str] | None) -> Iterator[None]:
         """Around a write of texts: new, replaced or deleted items, `ids` (None: not known, as a delete by filter).
         Logged where it holds WRITE_LOG_ITEMS or fewer, and the answers without a margin dropped; else, or when the
-        write fails (some points may have landed), every answer is dropped."""
-        logged = ids is not None and len(ids) <= WRITE_LOG_ITEMS
+        write fails (some points may have landed), every answer is dropped (a cache that is off logs nothing)."""
+        logged = self._entries is not None and ids is not None and len(ids) <= WRITE_LOG_ITEMS
         with self._lock:
             self._generation += 1
             self._writing += 1
