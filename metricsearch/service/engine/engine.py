@@ -194,12 +194,15 @@ class Engine:
         query = self.queries.of_id(item_id)
         if cached is not None:
             checked = self.recheck.checked(item_id, query, k, exclude_ids, cached)
-            kept = checked is not None and self.answers.quiet_since(generation)  # else a write landed meanwhile
-            self.answers.rechecked(kept)
-            if kept:
+            quiet = self.answers.quiet_since(generation)  # else a write landed meanwhile: the check may predate it
+            self.answers.rechecked(checked is not None and quiet)
+            if checked is not None and quiet:
                 matches, margin = checked
                 self.answers.put(generation, key, matches, margin=margin)
                 return matches
+            if not quiet:  # the ranking anew reads the store after that write, and may be kept
+                generation = self.answers.generation
+                query = self.queries.of_id(item_id)
         matches, margin = self.recheck.rank(query, k, [*exclude_ids, item_id])
         self.answers.put(generation, key, matches, margin=margin)
         return matches

@@ -67,3 +67,27 @@ def test_no_score_rises_past_the_drift_bound(exhaustive, monkeypatch):
     assert rise <= drift + 1e-9, (rise, drift)
     if engine.rerank.fusion is not None:
         assert 0 < drift < 1  # the writes moved the idf, and the bound is not vacuous
+
+
+def test_a_write_that_lands_during_a_check_has_the_answer_ranked_anew(exhaustive, monkeypatch):
+    """The check read the store before a write landed: what it read is neither served nor kept; the request gets
+    the ranking anew, with the item the write added, and the next request finds that answer."""
+    engine = exhaustive
+    monkeypatch.setattr(statistics, "STATS_REFRESH", 1e9)
+    outcomes = Outcomes(engine, monkeypatch)
+    engine.answer(SimilarRequest(id="i4", k=5))
+    engine.indexer.index([Item("first", "unrelated words", "")])
+    twin = engine.get("i4")
+    rescored = engine.ranker.rescored
+
+    def rescored_then_written(*args):
+        ranking = rescored(*args)
+        monkeypatch.setattr(engine.ranker, "rescored", rescored)
+        engine.indexer.index([Item("twin", twin.title, twin.description)])
+        return ranking
+
+    monkeypatch.setattr(engine.ranker, "rescored", rescored_then_written)
+    answer = engine.answer(SimilarRequest(id="i4", k=5))
+    assert answer[0].id == "twin" and same_answer(answer, engine.similar_to_item("i4", 5))
+    assert (outcomes.checked, outcomes.anew) == (0, 1)
+    assert engine.answer(SimilarRequest(id="i4", k=5)) is answer and outcomes.hits == 1
