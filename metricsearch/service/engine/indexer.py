@@ -200,15 +200,12 @@ class Indexer:
                 with self.answers.writing([record.id for record in records]):
                     self.store.upsert(records)
             else:
-                landed = False
                 try:
                     self.store.upsert(records)
-                    landed = True
-                finally:  # a failed upsert may still have written some points
-                    if landed:
-                        self.answers.changed(changed)
-                    else:
-                        self.answers.clear()
+                except BaseException:  # a failed upsert may still have written some points
+                    self.answers.clear()
+                    raise
+                self.answers.changed(changed)
         finally:
             self.statistics.written(len(records))
 
