@@ -114,4 +114,9 @@ class Recheck:
         return self.store.term_idf(queries, self.lexical.using if self.lexical else None)
 
     def _queries(self, query: Query) -> dict[str, SparseVector]:
-        return {} if self.lexical is None else self.lexical.queries(query.terms, None)
+        """The query's lexical vectors whose idf moves a score: those of the components a fused score may weigh, and
+        of the title components their missing descriptions take (none without fusion)."""
+        if self.lexical is None or self.rerank.fusion is None:
+            return {}
+        scored = self.rerank.scored
+        return self.lexical.queries(query.terms, scored | {TITLE_OF[name] for name in scored if name in TITLE_OF})
