@@ -4,22 +4,11 @@ a usage error (2)."""
 
 from __future__ import annotations
 
-import json
-import shutil
-from pathlib import Path
-
-
-def _variant(bundle: Path, tmp_path: Path, **changes) -> Path:
-    target = tmp_path / "variant"
-    shutil.copytree(bundle, target)
-    manifest = json.loads((target / "bundle.json").read_text())
-    manifest.update(changes)
-    (target / "bundle.json").write_text(json.dumps(manifest))
-    return target
+from tests.bundles import bundle_variant
 
 
 def test_serve_refuses_a_bundle_of_another_schema_version(run_cli, tiny_bundle, tmp_path):
-    bad = _variant(tiny_bundle, tmp_path, schema_version=99)
+    bad = bundle_variant(tiny_bundle, tmp_path / "variant", schema_version=99)
     result = run_cli("serve", "--bundle", bad, "--data-dir", tmp_path / "data", "--port", "1")
     assert result.returncode == 1 and result.stderr.startswith("error: ")
     assert "schema_version 99" in result.stderr and "re-export the bundle" in result.stderr
@@ -38,7 +27,9 @@ def test_serve_refuses_a_store_built_by_a_bundle_of_other_dimensions(run_cli, ti
     data = tmp_path / "data"
     loaded = run_cli("index", "--catalog", small_catalog, "--bundle", tiny_bundle, "--data-dir", data)
     assert loaded.returncode == 0, loaded.stderr
-    title_only = _variant(tiny_bundle, tmp_path, name="tiny-title-only", fields=[{"name": "title", "weight": 1.0}])
+    title_only = bundle_variant(
+        tiny_bundle, tmp_path / "variant", name="tiny-title-only", fields=[{"name": "title", "weight": 1.0}]
+    )
     result = run_cli("serve", "--bundle", title_only, "--data-dir", data, "--port", "1")
     assert result.returncode == 1
     assert "tiny-bert" in result.stderr and "tiny-title-only" in result.stderr, result.stderr

@@ -4,9 +4,7 @@ changes nothing), and a catalog of one item, one source, or an empty or constant
 from __future__ import annotations
 
 import csv
-import json
 import random
-import shutil
 
 import pytest
 
@@ -15,6 +13,7 @@ from metricsearch.core.readers import read_catalog_list
 from metricsearch.core.records import Item
 from metricsearch.evaluation import BundleScorer, EvalData
 from metricsearch.evaluation.adaptation import adapted_stats, adapted_weights, measure_agreement
+from tests.bundles import bundle_variant
 from tests.service.catalogs import catalog_items
 from tests.service.engine.test_statistics import ADAPTIVE, RULE
 
@@ -83,11 +82,7 @@ def test_agreement_of_a_catalog_is_measured_per_component(scorer):
 def test_an_in_process_figure_ranks_with_the_rules_choice(tiny_bundle, tmp_path, scorer):
     """`adapted_stats` gives an evaluation the statistics the service ranks with, the rule's weights on them; a bundle
     without a rule keeps its statistics as they are."""
-    bundle = tmp_path / "adaptive"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    (bundle / "bundle.json").write_text(json.dumps(manifest | {"fusion": ADAPTIVE}))
-    adaptive = BundleScorer(bundle)
+    adaptive = BundleScorer(bundle_variant(tiny_bundle, tmp_path / "adaptive", fusion=ADAPTIVE))
     items = catalog_items(50)
     data = EvalData("annotated", "catalog", items[:1], items, [[]], [0])
     _, stored, _ = adaptive.prepare(data)

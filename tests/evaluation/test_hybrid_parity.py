@@ -4,9 +4,6 @@ fusion)."""
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
 
@@ -15,21 +12,17 @@ from metricsearch.core.records import Item
 from metricsearch.evaluation import BundleScorer, EvalData
 from metricsearch.service.config import Settings
 from metricsearch.service.lifecycle import Service
+from tests.bundles import bundle_variant
 from tests.service.catalogs import catalog_items
 
 
 @pytest.mark.parametrize("ngrams", [False, True], ids=["words", "words+ngrams"])
 def test_in_process_fused_scores_equal_the_services(tiny_bundle, tmp_path, ngrams):
-    bundle = tmp_path / "hybrid"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
     weights = {**dict.fromkeys(FUSION_COMPONENTS, 1.0), "description": 0.5}
-    if ngrams:
-        manifest["lexical"]["ngrams"] = "char-wb-3grams/v1"
-    else:
+    if not ngrams:
         weights = {name: w for name, w in weights.items() if not name.startswith("ngrams_")}
-    manifest["fusion"] = {"weights": weights, "chosen_by": "test"}
-    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    fusion = {"weights": weights, "chosen_by": "test"}
+    bundle = bundle_variant(tiny_bundle, tmp_path / "hybrid", ngrams=ngrams, fusion=fusion)
     items = catalog_items(60)
     runtime = Service(Settings(bundle_dir=bundle, data_dir=tmp_path / "data", candidates_min=100)).live
     try:

@@ -4,15 +4,13 @@ with character n-grams is scored on them as the service scores them."""
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
 
 from metricsearch.core.records import Item
 from metricsearch.evaluation.datasets import EvalData
 from metricsearch.evaluation.scorers import BundleScorer
+from tests.bundles import bundle_variant
 from tests.core.test_lexical import brute_force_ngrams
 from tests.tiny_model import CORPUS
 
@@ -64,12 +62,7 @@ def test_served_second_order_score_is_the_mean_of_per_field_frobenius_similariti
 def test_a_bundle_with_ngrams_is_scored_on_them_as_a_brute_force_tfidf(tiny_bundle, tmp_path):
     """What the service stores and scores, the evaluation computes too: each query's n-gram components per field,
     scikit-learn's TF-IDF of the same n-grams with the idf over the candidates, NaN where either lacks the field."""
-    bundle = tmp_path / "bundle"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    manifest["lexical"]["ngrams"] = "char-wb-3grams/v1"
-    (bundle / "bundle.json").write_text(json.dumps(manifest))
-    scorer = BundleScorer(bundle)
+    scorer = BundleScorer(bundle_variant(tiny_bundle, tmp_path / "bundle", ngrams=True))
     data = _data()
     queries, candidates, lexical = scorer.prepare(data)
     components = scorer.components(queries, candidates, lexical)

@@ -3,15 +3,13 @@ shops, and the service around a copy of the tiny bundle with its manifest change
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 
 from metricsearch.core.records import Item
 from metricsearch.service.config import Settings
 from metricsearch.service.lifecycle import Service
 from metricsearch.service.runtime import Runtime
+from tests.bundles import bundle_variant
 
 WORDS = [
     "red",
@@ -46,12 +44,7 @@ def catalog_items(n: int, seed: int = 0) -> list[Item]:
 def served_catalog(tiny_bundle, folder, candidates_min: int = 10, **manifest_changes) -> Runtime:
     """The live runtime of a service on a copy of the tiny bundle with `manifest_changes`, 120 items indexed;
     `candidates_min` of 1000 makes every item a candidate of every query."""
-    bundle = folder / "bundle"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    assert manifest["lexical"] is not None  # every export stores lexical vectors
-    manifest.update(manifest_changes)
-    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    bundle = bundle_variant(tiny_bundle, folder / "bundle", **manifest_changes)
     runtime = Service(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=candidates_min)).live
     runtime.engine.indexer.index(catalog_items(120))
     return runtime

@@ -1,5 +1,6 @@
-"""An app served by uvicorn on 127.0.0.1 in a thread of the test process, for tests that change the app (add a route,
-instrument it) yet talk to it over real HTTP."""
+"""Services for tests over real HTTP on 127.0.0.1: `metricsearch serve` in a process of its own, started and holding
+a catalog (`indexed_service`), or an app served by uvicorn in a thread of the test process, for tests that change the
+app (add a route, instrument it)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,30 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
 
-from metricsearch.service.process import free_port
+from metricsearch.service.process import ServiceProcess, free_port
+
+
+@contextmanager
+def indexed_service(
+    bundle: Path, data_dir: Path, items: list[dict], env: dict[str, str] | None = None, key: str | None = None
+) -> Iterator[ServiceProcess]:
+    """`metricsearch serve` started with `env`, holding `items` (indexed with the write key `key`, where the service
+    has one), stopped after."""
+    process = ServiceProcess(bundle, data_dir, env or {})
+    process.start()
+    try:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        with process.client(**headers) as client:
+            response = client.post("/index", json={"items": items})
+            assert response.status_code == 200, response.text
+        yield process
+    finally:
+        process.stop()
 
 
 @contextmanager

@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from metricsearch.service.process import ServiceProcess
+from tests.service.serving import indexed_service
 
 WRITE_KEY = "w-0123456789abcdef"
 READ_KEY = "r-fedcba9876543210"
@@ -30,12 +31,8 @@ def service(tiny_bundle, tmp_path_factory):
         "MS_MAX_BODY_BYTES": str(BODY_LIMIT),
         "MS_LOG_LEVEL": "debug",
     }
-    process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("limits") / "data", env)
-    process.start()
-    with process.client(Authorization=f"Bearer {WRITE_KEY}") as client:
-        assert client.post("/index", json={"items": [ITEM]}).status_code == 200
-    yield process
-    process.stop()
+    with indexed_service(tiny_bundle, tmp_path_factory.mktemp("limits") / "data", [ITEM], env, WRITE_KEY) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

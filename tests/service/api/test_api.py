@@ -11,8 +11,6 @@ import time
 import numpy as np
 import pytest
 
-from metricsearch.service.process import ServiceProcess
-
 KEY = "write-secret"
 
 ITEMS = [
@@ -48,23 +46,6 @@ ITEMS = [
         "metadata": {"brand": "acme", "price": 40},
     },
 ]
-
-
-@pytest.fixture(scope="module")
-def service(tiny_bundle, tmp_path_factory):
-    process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("api") / "data", {"MS_API_KEY": KEY})
-    process.start()
-    with process.client(Authorization=f"Bearer {KEY}") as client:
-        response = client.post("/index", json={"items": ITEMS})
-        assert response.status_code == 200, response.text
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def client(service):
-    with service.client(Authorization=f"Bearer {KEY}") as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ import time
 import httpx
 import pytest
 
-from metricsearch.service.process import ServiceProcess
-from tests.service.serving import assert_answered_at_once
+from tests.service.serving import assert_answered_at_once, indexed_service
 
 ITEMS = [
     {"id": "a", "title": "red cotton shirt", "description": "soft", "metadata": {"brand": "acme", "n": 1}},
@@ -27,12 +26,8 @@ BATCH_BODY_LIMIT = 256 * 1024
 @pytest.fixture(scope="module")
 def service(tiny_bundle, tmp_path_factory):
     env = {"MS_MAX_QUERY_BODY_BYTES": str(QUERY_BODY_LIMIT), "MS_MAX_BATCH_QUERY_BODY_BYTES": str(BATCH_BODY_LIMIT)}
-    process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("bad-input") / "data", env)
-    process.start()
-    with process.client() as client:
-        assert client.post("/index", json={"items": ITEMS}).status_code == 200
-    yield process
-    process.stop()
+    with indexed_service(tiny_bundle, tmp_path_factory.mktemp("bad-input") / "data", ITEMS, env) as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

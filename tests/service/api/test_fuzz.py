@@ -10,7 +10,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from metricsearch.service.process import ServiceProcess
+from tests.service.serving import indexed_service
 
 KEY = "fuzz-write-key"
 EXAMPLES = 150
@@ -19,13 +19,10 @@ EXAMPLES = 150
 
 @pytest.fixture(scope="module")
 def fuzzed_service(tiny_bundle, tmp_path_factory):
-    process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("fuzz") / "data", {"MS_API_KEY": KEY})
-    process.start()
-    with process.client(Authorization=f"Bearer {KEY}") as client:
-        items = [{"id": str(n), "title": f"item {n}", "metadata": {"n": n}} for n in range(20)]
-        assert client.post("/index", json={"items": items}).status_code == 200
-    yield process
-    process.stop()
+    items = [{"id": str(n), "title": f"item {n}", "metadata": {"n": n}} for n in range(20)]
+    data = tmp_path_factory.mktemp("fuzz") / "data"
+    with indexed_service(tiny_bundle, data, items, {"MS_API_KEY": KEY}, KEY) as process:
+        yield process
 
 
 def no_stack_trace(ctx, response, case) -> None:

@@ -3,24 +3,19 @@ four scores z-normalised with the catalog's statistics (every pair of items, in 
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 
 from metricsearch.core import scoring
 from metricsearch.core.bundle import load_bundle
 from metricsearch.encoder import Encoder
 from metricsearch.service.process import ServiceProcess
+from tests.bundles import bundle_variant
 from tests.service.api.test_api import ITEMS
 
 
 def test_recobert_bundle_reranks_by_fused_scores(tiny_bundle, tmp_path):
-    bundle = tmp_path / "recobert"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    manifest.update(metric="recobert", recobert_lambdas=[1.0, 1.0, 0.5, 0.5])
-    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    lambdas = [1.0, 1.0, 0.5, 0.5]
+    bundle = bundle_variant(tiny_bundle, tmp_path / "recobert", metric="recobert", recobert_lambdas=lambdas)
 
     process = ServiceProcess(bundle, tmp_path / "data", {})
     process.start()

@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from metricsearch.service.process import ServiceProcess
+from tests.service.serving import indexed_service
 from tests.service.test_second_order import _engine, svd_bundle  # noqa: F401 (a fixture)
 
 KEY = "write-secret"
@@ -45,12 +45,11 @@ def client(tiny_bundle, tmp_path_factory):
         "MS_ANSWER_CACHE_SIZE": "0",
         "MS_INDEXED_FIELDS": "year:float",
     }
-    process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("recommend") / "data", env)
-    process.start()
-    with process.client(Authorization=f"Bearer {KEY}") as c:
-        assert c.post("/index", json={"items": ITEMS}).status_code == 200
+    with (
+        indexed_service(tiny_bundle, tmp_path_factory.mktemp("recommend") / "data", ITEMS, env, KEY) as process,
+        process.client(Authorization=f"Bearer {KEY}") as c,
+    ):
         yield c
-    process.stop()
 
 
 def similar(client, **body) -> list[dict]:

@@ -3,9 +3,6 @@ the per-field vectors it was written from, and the sparse vectors a bundle with 
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
 
@@ -13,6 +10,7 @@ from metricsearch.core.bundle import load_bundle
 from metricsearch.core.errors import StoreMismatchError
 from metricsearch.service.engine import ANN_VECTOR, content_hash, vector_schema
 from metricsearch.service.store import EdgeStore
+from tests.bundles import bundle_variant
 
 
 def test_only_the_texts_decide_re_encoding():
@@ -44,11 +42,7 @@ def test_a_store_built_without_ngrams_refuses_a_bundle_that_needs_them(tiny_bund
     """The n-gram analyzer is part of the bundle's identity: a store holding words alone is refused by name, not
     served with n-gram components that would all read 0."""
     words = load_bundle(tiny_bundle)
-    bundle = tmp_path / "bundle"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    manifest["lexical"]["ngrams"] = "char-wb-3grams/v1"
-    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    bundle = bundle_variant(tiny_bundle, tmp_path / "bundle", ngrams=True)
     ngrams = vector_schema(load_bundle(bundle))
     assert set(ngrams.sparse) - set(vector_schema(words).sparse) == {
         "ngrams_title",

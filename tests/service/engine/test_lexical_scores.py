@@ -3,9 +3,6 @@ bundle's character n-gram components are scored in either store as a brute-force
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import numpy as np
 import pytest
 from qdrant_client import QdrantClient
@@ -15,6 +12,7 @@ from metricsearch.core.lexical import WHOLE_TEXT
 from metricsearch.encoder import Encoder
 from metricsearch.service.engine import Engine, vector_schema
 from metricsearch.service.store import EdgeStore, RemoteStore
+from tests.bundles import bundle_variant
 from tests.core.test_lexical import brute_force_ngrams
 from tests.service.catalogs import catalog_items
 
@@ -40,12 +38,7 @@ def test_the_prefetch_of_several_queries_sums_their_whole_text_terms(engine):
 def test_a_bundle_with_ngrams_shows_them_as_a_brute_force_tfidf_over_the_catalog(tiny_bundle, tmp_path, remote):
     """Indexed with their words, asked by id in either store: each match's n-gram components are scikit-learn's
     TF-IDF of the same n-grams over the catalog's fields (None where the match lacks the field)."""
-    bundle = tmp_path / "bundle"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    manifest["lexical"]["ngrams"] = "char-wb-3grams/v1"
-    (bundle / "bundle.json").write_text(json.dumps(manifest))
-    loaded = load_bundle(bundle)
+    loaded = load_bundle(bundle_variant(tiny_bundle, tmp_path / "bundle", ngrams=True))
     schema = vector_schema(loaded)
     assert {"ngrams_title", "ngrams_description", "ngrams_text"} <= set(schema.sparse)
     if remote:

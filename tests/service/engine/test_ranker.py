@@ -3,9 +3,7 @@ same ids in the same order, the same scores and components, for a narrow and a w
 
 from __future__ import annotations
 
-import json
 import math
-import shutil
 
 import pytest
 
@@ -13,6 +11,7 @@ from metricsearch.core.fusion import DEFAULT_FUSION
 from metricsearch.service.config import Settings
 from metricsearch.service.lifecycle import Service
 from metricsearch.service.store.base import Equals
+from tests.bundles import bundle_variant
 from tests.service.catalogs import catalog_items
 
 N_ITEMS = 150
@@ -21,11 +20,7 @@ N_ITEMS = 150
 @pytest.fixture(scope="module")
 def engine(tiny_bundle, tmp_path_factory):
     folder = tmp_path_factory.mktemp("exact")
-    bundle = folder / "bundle"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    manifest["fusion"] = {"weights": DEFAULT_FUSION, "chosen_by": "test"}
-    (bundle / "bundle.json").write_text(json.dumps(manifest))
+    bundle = bundle_variant(tiny_bundle, folder / "bundle", fusion={"weights": DEFAULT_FUSION, "chosen_by": "test"})
     # At least N_ITEMS candidates for any k: every search reranks the whole (filtered) catalog.
     runtime = Service(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=N_ITEMS)).live
     runtime.engine.indexer.index(catalog_items(N_ITEMS))

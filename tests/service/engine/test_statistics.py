@@ -4,9 +4,7 @@ fails (tiny bundle, embedded store)."""
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +21,7 @@ from metricsearch.service.config import Settings
 from metricsearch.service.engine import statistics as statistics_module
 from metricsearch.service.engine.statistics import BACKGROUND_DUTY, PACE_SLICE_S, Pacer
 from metricsearch.service.lifecycle import Service
+from tests.bundles import bundle_variant
 from tests.service.catalogs import catalog_items, served_catalog
 
 WORD_COMPONENTS = {name for name in FUSION_COMPONENTS if not name.startswith("ngrams_")}
@@ -204,10 +203,7 @@ def test_the_weights_an_adaptive_rule_chooses_in_the_service_are_the_evaluations
 
 
 def adaptive_service(tiny_bundle, folder, items) -> Service:
-    bundle = folder / "bundle"
-    shutil.copytree(tiny_bundle, bundle)
-    manifest = json.loads((bundle / "bundle.json").read_text())
-    (bundle / "bundle.json").write_text(json.dumps(manifest | {"fusion": ADAPTIVE}))
+    bundle = bundle_variant(tiny_bundle, folder / "bundle", fusion=ADAPTIVE)
     service = Service(Settings(bundle_dir=bundle, data_dir=folder / "data", candidates_min=10))
     if items:
         service.live.engine.indexer.index(items)

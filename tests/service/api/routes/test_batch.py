@@ -12,22 +12,6 @@ from metricsearch.service.process import ServiceProcess
 from tests.service.api.routes.test_items import ITEMS, KEY
 
 
-@pytest.fixture(scope="module")
-def service(tiny_bundle, tmp_path_factory):
-    process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("batch") / "data", {"MS_API_KEY": KEY})
-    process.start()
-    with process.client(Authorization=f"Bearer {KEY}") as c:
-        assert c.post("/index", json={"items": ITEMS}).status_code == 200
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def client(service):
-    with service.client(Authorization=f"Bearer {KEY}") as c:
-        yield c
-
-
 def results(answer: dict) -> list[tuple[str, float]]:
     return [(r["id"], round(r["score"], 5)) for r in answer["results"]]
 

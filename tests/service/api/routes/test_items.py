@@ -8,8 +8,6 @@ from urllib.parse import quote
 
 import pytest
 
-from metricsearch.service.process import ServiceProcess
-
 KEY = "write-secret"
 ITEMS = [
     {
@@ -20,22 +18,6 @@ ITEMS = [
     }
     for n in range(15)
 ]
-
-
-@pytest.fixture(scope="module")
-def service(tiny_bundle, tmp_path_factory):
-    process = ServiceProcess(tiny_bundle, tmp_path_factory.mktemp("items") / "data", {"MS_API_KEY": KEY})
-    process.start()
-    with process.client(Authorization=f"Bearer {KEY}") as c:
-        assert c.post("/index", json={"items": ITEMS}).status_code == 200
-    yield process
-    process.stop()
-
-
-@pytest.fixture(scope="module")
-def client(service):
-    with service.client(Authorization=f"Bearer {KEY}") as c:
-        yield c
 
 
 def test_reindexing_the_same_items_changes_nothing(client):
