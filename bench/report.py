@@ -1,6 +1,8 @@
 """The two reports, BENCHMARKS.md and EVALUATION.md: each opens with one summary table, then one `## <title>` section
 per question. A benchmark rewrites only its own sections and summary rows; every section it writes is stamped with
-the date, commit, machine and load of its run, so a figure is never read without them."""
+the date, commit, machine and load of its run, so a figure is never read without them. The summary holds the rows of
+one commit on one machine: a row written at another commit or on another machine leaves it (its section keeps the
+figure, stamped)."""
 
 from __future__ import annotations
 
@@ -23,10 +25,12 @@ SUMMARY_HEADER = "| question | metricsearch, as served | baseline or peer, same 
 INTROS = {
     "BENCHMARKS.md": "How fast metricsearch answers and indexes, and what it holds in memory, beside a plain stack "
     "and txtai measured in the same run. `make bench-quick` regenerates the quick sections in minutes, `make bench` "
-    "all of them; each section names its command, and the date, commit and machine of its run.",
+    "all of them; each section names its command, and the date, commit and machine of its run. The summary holds "
+    "the rows of one commit on one machine, named above it.",
     "EVALUATION.md": "How good the answers are: what the default bundle serves, beside TF-IDF, the lexical score alone "
     "and the encoder alone, each scored in the same run through `metricsearch.evaluation` (docs/evaluation.md). "
-    "`make bench` regenerates it; each section names its command, and the date, commit and machine of its run.",
+    "`make bench` regenerates it; each section names its command, and the date, commit and machine of its run. "
+    "The summary holds the rows of one commit on one machine, named above it.",
 }
 CHOICES = "Choices behind the defaults"
 """Each report's last section, written by hand: what a one-off experiment decided, one sentence with its figure."""
@@ -58,18 +62,22 @@ def write_section(path: Path, title: str, body: str) -> None:
 
 def write_summary(path: Path, section: str, rows: Sequence[tuple[str, str, str]]) -> None:
     """Set the summary rows (question, metricsearch's figure, the baseline's or peer's figure of the same run) that
-    `section` measured: a row whose question is already there is replaced, a new one appended."""
+    `section` measured: a row whose question is already there is replaced, a new one appended, and the rows of
+    another commit or machine are dropped, so the table is always one commit's on one machine (named above it)."""
     if os.environ.get(NO_WRITE):
         return
     day = time.strftime("%Y-%m-%d", time.gmtime())
     load = f"load {os.getloadavg()[0]:.1f}"
     new = {question: f"| {question} | {ours} | {peer} | {section}, {day}, {load} |" for question, ours, peer in rows}
+    stamp = f"Every row below: commit {commit()} on {machine()}."
     text = _read(path)
     match = _section_pattern(SUMMARY).search(text)
     lines = match.group(0).splitlines() if match else []
-    table = [line for line in lines if line.startswith("| ") and line != SUMMARY_HEADER]
+    same = stamp in lines
+    table = [line for line in lines if same and line.startswith("| ") and line != SUMMARY_HEADER]
     kept = [new.pop(_first_cell(line)) if _first_cell(line) in new else line for line in table]
-    _replace(path, SUMMARY, "\n".join([SUMMARY_HEADER, "|---|---|---|---|", *kept, *new.values()]))
+    rows_now = [SUMMARY_HEADER, "|---|---|---|---|", *kept, *new.values()]
+    _replace(path, SUMMARY, "\n".join([stamp, "", *rows_now]))
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
