@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 app = typer.Typer(
     help="Roll a new model bundle out without downtime, through a running service (embedded store): it re-embeds "
-    "every stored item into a shadow store while it answers from the live one; swap when `status` says ready "
-    '(docs/operations.md, "Model rollout").',
+    "every stored item into a second store, for the new bundle, while it answers from the live one; swap when "
+    '`status` says ready (docs/operations.md, "Model rollout").',
     no_args_is_help=True,
 )
 RolloutUrl = Annotated[str, typer.Option(help="the running service")]
@@ -53,7 +53,7 @@ def rollout_start(
     url: RolloutUrl = "http://127.0.0.1:8000",
     api_key: RolloutKey = None,
 ) -> None:
-    """Start re-embedding every stored item with --bundle into a shadow store; the service keeps answering."""
+    """Start re-embedding every stored item with --bundle into a second store; the service keeps answering."""
     with _rollout_client(ctx, url, api_key) as client:
         typer.echo(progress_line(client.rollout_start(str(bundle.resolve()))))
 
@@ -77,6 +77,6 @@ def rollout_swap(ctx: typer.Context, url: RolloutUrl = "http://127.0.0.1:8000", 
 
 @app.command("abort")
 def rollout_abort(ctx: typer.Context, url: RolloutUrl = "http://127.0.0.1:8000", api_key: RolloutKey = None) -> None:
-    """Drop the shadow store; the service goes on with its current bundle."""
+    """Drop the rollout's second store; the service goes on with its current bundle."""
     with _rollout_client(ctx, url, api_key) as client:
         typer.echo(progress_line(client.rollout_abort()))

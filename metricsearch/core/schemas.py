@@ -433,12 +433,12 @@ class RolloutRequest(_Body):
 
 class RolloutStatus(BaseModel):
     state: Literal["none", "copying", "ready", "failed"] = Field(
-        description="none: no rollout; copying: the shadow is being filled; ready: it holds every item and can be "
-        "swapped in; failed: it cannot be completed (see error), abort it"
+        description="none: no rollout; copying: the new bundle's store is being filled; ready: it holds every item and "
+        "can be swapped in; failed: it cannot be completed (see error), abort it"
     )
     model: str = Field(description="the bundle served now")
     target: str | None = Field(None, description="the bundle being rolled out")
-    copied: int = Field(0, description="items the shadow's copy has read from the live store so far")
+    copied: int = Field(0, description="items the new bundle's store has read from the live store so far")
     total: int = Field(0, description="items in the live store")
     items_per_s: float | None = Field(None, description="copy rate since the rollout started")
     eta_s: float | None = Field(None, description="seconds until the copy is done, at that rate")

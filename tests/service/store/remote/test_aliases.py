@@ -62,7 +62,7 @@ def test_swaps_from_the_plain_collection_then_behind_the_alias(items):
             filled(server.url, "items.r2", items(range(7)))
             generations.point("items.r2")
             assert layout(server) == ({"items.r1", "items.r2"}, {"items": "items.r2"})
-            filled(server.url, "items.r3", items(range(1)))  # a shadow a crash left
+            filled(server.url, "items.r3", items(range(1)))  # a rollout's collection a crash left
             generations.remove_leftovers()
             assert layout(server) == ({"items.r2"}, {"items": "items.r2"})
             assert len(stored_ids(server.url, "items")) == 7
@@ -73,7 +73,7 @@ def test_a_start_finishes_a_first_swap_a_crash_interrupted(items):
     with QdrantRest() as server:
         filled(server.url, "items", items(range(3)))
         filled(server.url, "items.r1", items(range(4)))
-        filled(server.url, "items.r2", items(range(1)))  # and a shadow of a later rollout, unfinished
+        filled(server.url, "items.r2", items(range(1)))  # and the collection of a later rollout, unfinished
         with Aliases(Settings(qdrant_url=server.url, collection="items")) as generations:
             generations.point("items.r1")
             generations.remove_leftovers()
