@@ -1,5 +1,5 @@
 """Delete by filter: both stores remove exactly what brute force says matches, page after page, and answer
-searches afterwards as if the items had never been there (the embedded store's vector mirror included)."""
+searches afterwards as if the items had never been there (the embedded store's in-memory vector rows included)."""
 
 from __future__ import annotations
 

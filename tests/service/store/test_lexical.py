@@ -164,8 +164,8 @@ def test_a_sample_is_stable_and_carries_dense_vectors(store):
 
 
 def test_scores_follow_replacements_deletions_and_a_reopen(tmp_path):
-    """The embedded store scores from its term mirror: document frequencies must follow every write, and the mirror
-    read back at open must score as the one built by the writes."""
+    """The embedded store scores from its in-memory term rows: document frequencies must follow every write, and
+    those rows read back at open must score as the ones built by the writes."""
     store = EdgeStore(tmp_path / "edge", SCHEMA, optimize_after_writes=0)
     rng = np.random.default_rng(1)
     stored = items(rng)
