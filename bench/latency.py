@@ -174,7 +174,11 @@ def during_build(args: argparse.Namespace, ids: list[str], priority: str) -> dic
             while (child := build_child(service)) is None and time.monotonic() - waited < 120:
                 time.sleep(0.05)
             if child is None:
-                raise RuntimeError(f"no HNSW build started after {args.build_items} new items")
+                raise RuntimeError(
+                    f"no HNSW build started after {args.build_items} new items: a build also waits for "
+                    "MS_INDEXING_THRESHOLD_KB of unindexed ANN vectors (about 3,300 items of the default bundle's "
+                    "768 floats); raise --build-items"
+                )
             started, during, cpu_s = time.monotonic(), [], 0.0
             while time.monotonic() - started < args.during_s:
                 try:
