@@ -181,16 +181,10 @@ class Ranker:
         found = self.store.listed(ids, queries, lexical.using if lexical is not None else None)
         if not found.listings:
             return Ranking([], (), -np.inf)
-        candidates = self.layout.stored(found.vectors)
-        by_lexical = None
-        if lexical is not None:
-            by_lexical = lexical.components(found.lexical, query.terms, candidates.present, None)
-        stats = self.statistics.current() if self.rerank.needs_stats else None
-        ranked = self.rerank(query.vectors, candidates, by_lexical, stats)
-        scored = _Scored(found, candidates, ranked.scores, ranked.components, frozenset())
-        picked = scoring.top_k(ranked.scores, k + reserve + 1, found.ids).tolist()
-        next_best = float(ranked.scores[picked[-1]]) if len(picked) > k + reserve else -np.inf
-        matches = self._matches(query, scored, ranked.scores, ranked.components, picked[:k])
+        scored = self._scored_one(query, found, None)
+        picked = scoring.top_k(scored.scores, k + reserve + 1, found.ids).tolist()
+        next_best = float(scored.scores[picked[-1]]) if len(picked) > k + reserve else -np.inf
+        matches = self._matches(query, scored, scored.scores, scored.components, picked[:k])
         return Ranking(matches, tuple(found.ids[i] for i in picked[k : k + reserve]), next_best)
 
     def _score(
@@ -223,17 +217,23 @@ class Ranker:
         if not found.listings:
             return None
         with span("rerank", candidates=len(found.listings)):
+            if one is not None:
+                return self._scored_one(one, found, reads)
             candidates = self.layout.stored(found.vectors)
-            if one is None:
-                scores, components = self._combined(positives, negatives, candidates, found.points)
-                return _Scored(found, candidates, scores, components, frozenset())
-            by_lexical = None
-            if queries is not None:
-                by_lexical = lexical.components(found.lexical, one.terms, candidates.present, reads)
-            stats = self.statistics.current() if self.rerank.needs_stats else None
-            ranked = self.rerank(one.vectors, candidates, by_lexical, stats)
-            later = self._shown_only if reads is not None else frozenset()
-            return _Scored(found, candidates, ranked.scores, ranked.components, later)
+            scores, components = self._combined(positives, negatives, candidates, found.points)
+            return _Scored(found, candidates, scores, components, frozenset())
+
+    def _scored_one(self, query: Query, found: SearchResult, reads: frozenset[str] | None) -> _Scored:
+        """One query's candidates reranked as the bundle says (step 2); `reads`: the lexical components the store
+        scored with them (None: every one), the others left to the rows shown."""
+        candidates = self.layout.stored(found.vectors)
+        by_lexical = None
+        if self.lexical is not None:
+            by_lexical = self.lexical.components(found.lexical, query.terms, candidates.present, reads)
+        stats = self.statistics.current() if self.rerank.needs_stats else None
+        ranked = self.rerank(query.vectors, candidates, by_lexical, stats)
+        later = self._shown_only if reads is not None else frozenset()
+        return _Scored(found, candidates, ranked.scores, ranked.components, later)
 
     def _combined(
         self,
