@@ -16,6 +16,7 @@ from bench.quality import (
     fitted_rule,
     labelled_ceiling,
     leave_one_pair_out,
+    listings,
     parts_of,
     rule_mrr,
     tie_mrrs,
@@ -97,3 +98,18 @@ def test_the_labelled_ceiling_starts_from_the_rule_and_follows_the_gold(fused_ti
         parts, data=dataclasses.replace(pair, relevant=[[79 - j for j in r] for r in pair.relevant])
     )
     assert labelled_ceiling(reversed_gold, start)[1] != weights
+
+
+def test_listings_count_first_answers_that_repeat_a_title_and_widen_the_gold_by_it():
+    queries = [Item(id="q0", title="Data Streams"), Item(id="q1", title="Joins"), Item(id="q2", title="Other")]
+    titles = ["data streams", "Data-Streams .", "joins", "merge joins", "x"]
+    candidates = [Item(id=f"c{n}", title=t) for n, t in enumerate(titles)]
+    data = EvalData("catalog-match", "t", queries, candidates, [[0], [3], [0]], [None, None, None])
+    # q0: first answer c1, not its gold c0 but with its title (and the query's); q1: first answer c2, the query's
+    # title, not its gold's; q2: first answer its gold.
+    scores = np.array([[0.8, 0.9, 0.1, 0.1, 0.1], [0.1, 0.1, 0.9, 0.5, 0.6], [0.9, 0.1, 0.1, 0.1, 0.1]])
+    found = listings(data, scores)
+    assert (found.first_not_gold, found.first_has_query_title, found.first_has_gold_title) == (2, 2, 1)
+    # Widened, q0's c1 is a match (rank 1); q1 still ranks its gold third.
+    assert found.widened_mrr == pytest.approx((1 + 1 / 3 + 1) / 3)
+    assert evaluate(data, Fixed(scores)).metrics["MRR"] == pytest.approx((1 / 2 + 1 / 3 + 1) / 3)
