@@ -105,3 +105,14 @@ def write_catalog(products: list[Product], path: Path) -> Path:
         writer.writerow(["id", "title", "description"])
         writer.writerows((p.id, p.title, p.description) for p in products)
     return path
+
+
+def write_two_shops(left: list[Product], right: list[Product], path: Path) -> Path:
+    """Both sides of a pair as one catalog CSV with a `source` column (left, right), no label: what `metricsearch
+    train --pseudo-matches` pairs across."""
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "title", "description", "source"])
+        for source, products in (("left", left), ("right", right)):
+            writer.writerows((p.id, p.title, p.description, source) for p in products)
+    return path

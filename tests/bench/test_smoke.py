@@ -166,6 +166,12 @@ def test_quality(fused_tiny_bundle, bench_data):
     for row in ties[1:]:
         optimistic, at_random = [float(c) for c in row[1::2]], [float(c) for c in row[2::2]]
         assert all(0 < r <= o <= 1 for o, r in zip(optimistic, at_random, strict=True)), row
+    listed = rows(out, "scorer | Abt-Buy: first answer not a gold match / has the query's title")
+    assert len(listed) == 7 and all(len(row) == 7 for row in listed), listed
+    for row in listed:
+        counts = [[int(n) for n in cell.split(" / ")] for cell in row[1::2]]
+        assert all(0 <= same_query <= first and 0 <= same_gold <= first for first, same_query, same_gold in counts)
+        assert all(0 < float(cell) <= 1 for cell in row[2::2]), row
     table = rows(out, "scorer | Abt-Buy MRR | Abt-Buy HR@1")
     assert [row[0] for row in table][-1] == "default bundle, served through HTTP (k = 100)"
     for row in table:
