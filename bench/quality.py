@@ -1,9 +1,9 @@
 """Quality of what is served, through `metricsearch.evaluation` only: the default bundle on both catalog pairs, in
 process and through a real service, beside TF-IDF, the lexical score alone and the encoder alone; Abt titles as
 free-text queries; STS-benchmark; with --trained the documented recipe (`metricsearch train --pseudo-matches
---bundle`) trained on each shared pair's own two shops beside the default in the same run; and "Generalisation": every shared pair (DBLP-Scholar too) ranked by TF-IDF, the encoder
-alone, the default bundle and its adaptive fusion rule chosen leave-one-pair-out. Writes EVALUATION.md's sections and
-its summary rows.
+--bundle`) trained on each shared pair's own two shops beside the default in the same run; and "Generalisation":
+every shared pair (DBLP-Scholar too) ranked by TF-IDF, the encoder alone, the default bundle and its adaptive fusion
+rule chosen leave-one-pair-out. Writes EVALUATION.md's sections and its summary rows.
 
     .venv/bin/python -m bench.quality [--no-http] [--generalisation-only | --trained [--epochs 2]]
 
