@@ -152,7 +152,9 @@ class Settings(BaseSettings):
     # --- ranking
     candidates_min: int = Field(100, gt=0, description="fewest ANN candidates reranked exactly")
     candidates_factor: int = Field(
-        3, gt=0, description="ANN candidates = max(candidates_min, factor x k); 3: BENCHMARKS.md 'Candidates'"
+        3,
+        gt=0,
+        description="ANN candidates = max(candidates_min, factor x k); 3: BENCHMARKS.md 'Choices behind the defaults'",
     )
     max_candidates: int = Field(
         5000,
