@@ -149,15 +149,17 @@ class _Column:
                 return found if rows is None else found[np.isin(found, rows, assume_unique=True)]
             get = self.sparse.get
             return np.fromiter((row for row in rows.tolist() if test(get(row))), dtype=np.int64)
-        if rows is None:
-            rows = np.arange(len(self.kinds))
-        rows = rows[rows < len(self.kinds)]
-        kinds, values = self.kinds[rows], self.values[rows]
+        if rows is None:  # every row: the columns themselves, not copies gathered by an index of every row
+            kinds, values = self.kinds, self.values
+        else:
+            rows = rows[rows < len(self.kinds)]
+            kinds, values = self.kinds[rows], self.values[rows]
         met = self._met(condition, kinds, values)
         if self.lists and (strings := _strings_of(condition)):
             listed = np.flatnonzero(kinds == _LIST)
-            met[listed] = [not strings.isdisjoint(self.lists[row]) for row in rows[listed].tolist()]
-        return rows[met]
+            at = listed if rows is None else rows[listed]
+            met[listed] = [not strings.isdisjoint(self.lists[row]) for row in at.tolist()]
+        return np.flatnonzero(met) if rows is None else rows[met]
 
     def _met(self, condition: Condition, kinds: np.ndarray, values: np.ndarray) -> np.ndarray:
         """Whether each scalar value meets the condition (the engine's rules, as test_of states them)."""
