@@ -166,15 +166,20 @@ class _OnnxRuntime:
 
 class _OpenVino:
     """OpenVINO on the CPU: a bf16 bundle runs in bf16, an int8 (QDQ) bundle in int8 with the rest in f32, any other
-    in f32. The compiled model is shared; each concurrent call takes an infer request of its own from a pool."""
+    in f32. The compiled model is shared; each concurrent call takes an infer request of its own from a pool.
 
-    def __init__(self, path: Path, intra_op_threads: int, precision: str, output: str) -> None:
+    With `intra_op_threads` set, the model runs `streams` streams of that many threads each: a stream runs one call
+    at a time, so with the one stream the latency hint gives, the bulk workers' calls (and a query beside them) took
+    turns. Int8 all-MiniLM-L6-v2, two workers of one thread on 2 cores with AVX-512 VNNI: 697 texts/s with one
+    stream, 1,420 with two; a query alone took the same time either way."""
+
+    def __init__(self, path: Path, intra_op_threads: int, precision: str, output: str, streams: int = 1) -> None:
         import openvino as ov
 
         core = ov.Core()
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "bf16" if precision == "bf16" else "f32"}
         if intra_op_threads:
-            config["INFERENCE_NUM_THREADS"] = intra_op_threads
+            config |= {"NUM_STREAMS": streams, "INFERENCE_NUM_THREADS": intra_op_threads * streams}
         try:
             model = core.read_model(str(path))
             self.compiled = core.compile_model(model, "CPU", config)
@@ -245,7 +250,7 @@ class Encoder:
 
         spec = manifest.encoder
         if choose_backend(spec.backend, backend) == "openvino":
-            self.runtime = _OpenVino(bundle.encoder_path, intra_op_threads, spec.precision, self._output)
+            self.runtime = _OpenVino(bundle.encoder_path, intra_op_threads, spec.precision, self._output, bulk_workers)
         else:
             self.runtime = _OnnxRuntime(bundle.encoder_path, providers, intra_op_threads, self._output)
         graph_inputs = set(self.runtime.inputs)

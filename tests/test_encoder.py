@@ -60,6 +60,15 @@ def test_bulk_encoding_is_byte_identical_to_sequential_encoding(encoder):
     assert np.array_equal(encoder.encode_bulk(texts, batch_size=4), encoder.encode(texts, batch_size=4))
 
 
+def test_openvino_runs_a_stream_per_bulk_worker_with_the_same_vectors(tiny_bundle):
+    """A stream runs one call at a time: one stream made the bulk workers take turns (BENCHMARKS.md, Indexing)."""
+    encoder = Encoder(load_bundle(tiny_bundle), intra_op_threads=1, bulk_workers=2, backend="openvino")
+    compiled = encoder.runtime.compiled
+    assert (compiled.get_property("NUM_STREAMS"), compiled.get_property("INFERENCE_NUM_THREADS")) == (2, 2)
+    texts = TEXTS * 3 + [f"{t} {n}" for n, t in enumerate(CORPUS)]
+    assert np.array_equal(encoder.encode_bulk(texts, batch_size=4), encoder.encode(texts, batch_size=4))
+
+
 def test_batches_group_similar_lengths_within_a_token_budget():
     lengths = [40, 3, 38, 5, 39, 4, 2, 300]
     assert Encoder._batches(lengths, 3) == [[6, 1, 5], [3, 2, 4], [0, 7]]
