@@ -61,7 +61,7 @@ def test_bulk_encoding_is_byte_identical_to_sequential_encoding(encoder):
 
 
 def test_openvino_runs_a_stream_per_bulk_worker_with_the_same_vectors(tiny_bundle):
-    """A stream runs one call at a time: one stream made the bulk workers take turns (BENCHMARKS.md, Indexing)."""
+    """A stream runs one call at a time: with one, the bulk workers took turns (encoder._OpenVino has the figures)."""
     encoder = Encoder(load_bundle(tiny_bundle), intra_op_threads=1, bulk_workers=2, backend="openvino")
     compiled = encoder.runtime.compiled
     assert (compiled.get_property("NUM_STREAMS"), compiled.get_property("INFERENCE_NUM_THREADS")) == (2, 2)
