@@ -33,9 +33,17 @@ from metricsearch.core.spans import span
 log = logging.getLogger(__name__)
 
 BULK_BATCH_TOKENS = 384
-"""Padded tokens in one bulk encoder call on a CPU. Small calls keep their activations in cache: all-MiniLM-L6-v2 on
-the Buy catalog, one thread, took 6.2 CPU-s for 1,092 items at 256-512 tokens, 7.9 at 1,024, 10.4 in batches of 64
-texts. A GPU wants large calls: there only the batch size bounds them."""
+"""Padded tokens in one bulk encoder call on a CPU (ONNX Runtime). Small calls keep their activations in cache:
+all-MiniLM-L6-v2 on the Buy catalog, one thread, took 6.2 CPU-s for 1,092 items at 256-512 tokens, 7.9 at 1,024,
+10.4 in batches of 64 texts. A GPU wants large calls: there only the batch size bounds them."""
+
+OPENVINO_BULK_BATCH_TOKENS = 192
+"""The same on OpenVINO, where a query waits for a stream that a bulk call holds (there are as many as bulk workers),
+so a call's length bounds that wait. Int8 all-MiniLM-L6-v2, 2 workers, 2 cores with AVX-512 VNNI, the 8,000 texts
+of bench.indexing's first 4,000 items: a query encoded during the load took 24.6 / 25.4 ms p50 at 384 tokens, 10.9 /
+10.6 at 192, and the load ran 1,153 / 1,212 texts/s against 1,135 / 1,228. ONNX Runtime runs a query beside the
+bulk calls, so its wait does not depend on their length (fp32, same machine: 15.5 / 14.5 ms at 384, 15.0 / 14.0 at
+192, the load 424 / 478 texts/s against 383 / 444)."""
 
 
 INT8_CPU_FLAGS = frozenset({"avx512_vnni", "amx_int8"})
@@ -150,6 +158,7 @@ class _OnnxRuntime:
         except Exception as exc:  # ONNX Runtime raises its own types for a corrupt or unsupported graph
             raise BundleError(f"{path} cannot be loaded by ONNX Runtime: {exc}") from exc
         self.device = "cuda" if self.session.get_providers()[0] == "CUDAExecutionProvider" else "cpu"
+        self.bulk_tokens = BULK_BATCH_TOKENS if self.device == "cpu" else None
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = {o.name: o.shape for o in self.session.get_outputs()}
         self.output = output
@@ -194,6 +203,7 @@ class _OpenVino:
         self._idle: queue.SimpleQueue = queue.SimpleQueue()
         self.description = f"openvino CPU {self.compiled.get_property('INFERENCE_PRECISION_HINT').to_string()}"
         self.device = "cpu"
+        self.bulk_tokens = OPENVINO_BULK_BATCH_TOKENS
 
     def __call__(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         try:
@@ -261,7 +271,7 @@ class Encoder:
         if self._output not in outputs or (isinstance(width, int) and width != self.dim):
             raise BundleError(f"bundle.json says output {self._output!r} of width {self.dim}; the graph has {outputs}")
         self.bulk_workers = bulk_workers
-        self._bulk_tokens = BULK_BATCH_TOKENS if self.runtime.device == "cpu" else None
+        self._bulk_tokens = self.runtime.bulk_tokens
         self._bulk = ThreadPoolExecutor(max_workers=bulk_workers, thread_name_prefix="bulk-encoder")
         self._turns = threading.Condition()
         self._queries = 0  # query encodings in progress
@@ -321,10 +331,10 @@ class Encoder:
                 self._turns.notify_all()
 
     def encode_bulk(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
-        """`encode` for indexing: batches of BULK_BATCH_TOKENS padded tokens at most on a CPU, spread over
-        `bulk_workers` concurrent calls, yielding to queries. A call's worth of texts (a write of a few items) runs
-        here as a query does instead: queued behind another load's batches it waited for all of them (a rollout's
-        mirrored writes took 1-3 s each behind its copy)."""
+        """`encode` for indexing: batches of BULK_BATCH_TOKENS padded tokens at most on a CPU (on OpenVINO,
+        OPENVINO_BULK_BATCH_TOKENS), spread over `bulk_workers` concurrent calls, yielding to queries. A call's worth
+        of texts (a write of a few items) runs here as a query does instead: queued behind another load's batches it
+        waited for all of them (a rollout's mirrored writes took 1-3 s each behind its copy)."""
         if len(texts) <= batch_size:
             return self.encode(texts, batch_size)
         return self._encode(texts, batch_size, bulk=True)

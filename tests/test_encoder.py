@@ -65,8 +65,20 @@ def test_openvino_runs_a_stream_per_bulk_worker_with_the_same_vectors(tiny_bundl
     encoder = Encoder(load_bundle(tiny_bundle), intra_op_threads=1, bulk_workers=2, backend="openvino")
     compiled = encoder.runtime.compiled
     assert (compiled.get_property("NUM_STREAMS"), compiled.get_property("INFERENCE_NUM_THREADS")) == (2, 2)
-    texts = TEXTS * 3 + [f"{t} {n}" for n, t in enumerate(CORPUS)]
-    assert np.array_equal(encoder.encode_bulk(texts, batch_size=4), encoder.encode(texts, batch_size=4))
+    texts = TEXTS * 3 + [f"{t} {n}" for n, t in enumerate(CORPUS)]  # 3 texts of 64 tokens fit the token budget
+    assert np.array_equal(encoder.encode_bulk(texts, batch_size=3), encoder.encode(texts, batch_size=3))
+
+
+@pytest.mark.parametrize(("backend", "budget"), [("onnxruntime", 384), ("openvino", 192)])
+def test_bulk_calls_keep_within_their_runtimes_token_budget(tiny_bundle, monkeypatch, backend, budget):
+    """On OpenVINO a query waits for a bulk call's stream, so its calls are shorter (OPENVINO_BULK_BATCH_TOKENS)."""
+    encoder = Encoder(load_bundle(tiny_bundle), intra_op_threads=1, bulk_workers=2, backend=backend)
+    padded: list[int] = []
+    run = encoder._run
+    monkeypatch.setattr(encoder, "_run", lambda e: padded.append(len(e) * max(len(x.ids) for x in e)) or run(e))
+    texts = [f"{LONG} {n}" for n in range(40)] + [f"{t} {n}" for n, t in enumerate(CORPUS)]  # 64 tokens, and short
+    encoder.encode_bulk(texts)
+    assert len(padded) > 1 and budget / 2 < max(padded) <= budget
 
 
 def test_batches_group_similar_lengths_within_a_token_budget():
