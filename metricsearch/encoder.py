@@ -180,7 +180,8 @@ class _OpenVino:
     With `intra_op_threads` set, the model runs `streams` streams of that many threads each: a stream runs one call
     at a time, so with the one stream the latency hint gives, the bulk workers' calls (and a query beside them) took
     turns. Int8 all-MiniLM-L6-v2, two workers of one thread on 2 cores with AVX-512 VNNI: 697 texts/s with one
-    stream, 1,420 with two; a query alone took the same time either way; the second stream holds 42 MB more."""
+    stream, 1,420 with two; a query alone took the same time either way; the second stream holds 42 MB more.
+    OpenVINO runs no more streams than the process has cores (a third one for queries, on 2 cores, gave 2)."""
 
     def __init__(self, path: Path, intra_op_threads: int, precision: str, output: str, streams: int = 1) -> None:
         import openvino as ov
