@@ -183,7 +183,7 @@ class _OpenVino:
     stream, 1,420 with two; a query alone took the same time either way; the second stream holds 42 MB more.
     OpenVINO runs no more streams than the process has cores (a third one for queries, on 2 cores, gave 2)."""
 
-    def __init__(self, path: Path, intra_op_threads: int, precision: str, output: str, streams: int = 1) -> None:
+    def __init__(self, path: Path, intra_op_threads: int, precision: str, output: str, streams: int) -> None:
         import openvino as ov
 
         core = ov.Core()
@@ -272,7 +272,6 @@ class Encoder:
         if self._output not in outputs or (isinstance(width, int) and width != self.dim):
             raise BundleError(f"bundle.json says output {self._output!r} of width {self.dim}; the graph has {outputs}")
         self.bulk_workers = bulk_workers
-        self._bulk_tokens = self.runtime.bulk_tokens
         self._bulk = ThreadPoolExecutor(max_workers=bulk_workers, thread_name_prefix="bulk-encoder")
         self._turns = threading.Condition()
         self._queries = 0  # query encodings in progress
@@ -346,7 +345,7 @@ class Encoder:
         unique = list(dict.fromkeys(texts))
         with span("tokenize", texts=len(unique)):
             encodings = self.tokenizer.encode_batch(unique, add_special_tokens=True)
-        batches = self._batches([len(e.ids) for e in encodings], batch_size, self._bulk_tokens if bulk else None)
+        batches = self._batches([len(e.ids) for e in encodings], batch_size, self.runtime.bulk_tokens if bulk else None)
         calls = [[encodings[i] for i in rows] for rows in batches]
         results = self._bulk.map(self._run_bulk, calls) if bulk else map(self._run, calls)
         out = np.empty((len(unique), self.width), dtype=np.float32)
