@@ -2,7 +2,9 @@
 packaged model) on the same texts, in one run. Text queries: one short text a call, one thread. Bulk: the titles and
 descriptions of real items (Walmart-Amazon's right side, Buy, wine reviews) encoded as `POST /index` encodes them
 (`Encoder.encode_bulk`, MS_INDEX_BATCH_SIZE texts a call, one call per core), in chunks that every contender encodes
-in turn, the order rotated, so drift on a shared machine hits all alike. Quality: each shared catalog pair ranked
+in turn, the order rotated, so drift on a shared machine hits all alike; each bulk rate also as the model's
+multiply-adds a second, against the float32 matrix-multiply peak of the same cores, so the table shows how much room
+a faster encoder has left on this CPU. Quality: each shared catalog pair ranked
 with fp32 and with int8 through `metricsearch.evaluation` (the bundle's own rerank): auto may choose int8 only if
 every pair's MRR stays within 0.005 of fp32's. Writes BENCHMARKS.md "Encoder".
 
@@ -12,13 +14,16 @@ every pair's MRR stays within 0.005 of fp32's. Writes BENCHMARKS.md "Encoder".
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from bench.data import abt_buy, dblp_scholar, walmart_amazon, wine_items, write_catalog_match
 from bench.report import BENCHMARKS, command, table, write_section
@@ -42,6 +47,44 @@ def catalog_texts(limit: int) -> tuple[int, list[str]]:
     items = [(p.title, p.description) for p in products][:limit]
     items += [(w["title"], w["description"]) for w in wine_items(limit - len(items))] if len(items) < limit else []
     return len(items), [t for title, description in items for t in (title, description) if t.strip()]
+
+
+def encoder_flop(texts: list[str], model: Path, tokenizer, max_length: int) -> float:
+    """Floating-point operations a BERT encoder needs for `texts`, unpadded (2 a multiply-add): per layer, the four
+    attention projections and the two feed-forward matrices for each token, and the attention scores and their
+    weighted sum for each pair of a text's tokens. Written by hand: the count follows from the model's config.json."""
+    config = json.loads((model / "config.json").read_text())
+    hidden, inner, layers = config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]
+    tokens = np.array([min(len(e.ids), max_length) for e in tokenizer.encode_batch(texts)], dtype=np.float64)
+    per_token = 2 * (4 * hidden * hidden + 2 * hidden * inner)
+    per_pair = 2 * 2 * hidden
+    return float(layers * (per_token * tokens.sum() + per_pair * (tokens**2).sum()))
+
+
+def sgemm_peak(threads: int, rounds: int = 3) -> float:
+    """GFLOP/s of float32 matrix products on `threads` cores at once, one single-threaded product each (numpy's
+    BLAS, which releases the GIL), the shape of a feed-forward layer over 1,024 tokens: the most an fp32 encoder
+    that runs one call per core can reach here. The best of `rounds`."""
+    a = np.random.default_rng(0).random((1024, 1024), dtype=np.float32)
+    b = np.random.default_rng(1).random((1024, 1536), dtype=np.float32)
+    products = 10
+    flop = threads * products * 2 * a.shape[0] * a.shape[1] * b.shape[1]
+
+    def work() -> None:
+        for _ in range(products):
+            a @ b
+
+    best = 0.0
+    with threadpool_limits(1):
+        for _ in range(rounds):
+            workers = [threading.Thread(target=work) for _ in range(threads)]
+            started = time.perf_counter()
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            best = max(best, flop / (time.perf_counter() - started))
+    return best / 1e9
 
 
 def contenders(bundle: Path, model: Path, threads: int) -> dict[str, tuple[Callable, Callable]]:
@@ -132,16 +175,31 @@ def main() -> None:
         for query, bulk in rows.values():  # warm-up: first-call allocations, OpenVINO's per-shape compiling
             query(queries[0]), bulk(texts[:256])
         query_s = alternate(rows, [queries[i::10] for i in range(10)], 0, rounds=3)
-        bulk_s = alternate(rows, [texts[i :: args.chunks] for i in range(args.chunks)], 1)
+        chunks = [texts[i :: args.chunks] for i in range(args.chunks)]
+        bulk_s = alternate(rows, chunks, 1)
+        model = args.model or packaged_model_dir()
+        flop = sum(encoder_flop(list(dict.fromkeys(chunk)), model, auto.tokenizer, auto.max_length) for chunk in chunks)
+        peak = sgemm_peak(args.threads)
         mrr = {} if args.no_quality else quality(bundle, Path(work), args.threads)
     body = report(
-        rows, query_s, bulk_s, mrr, auto, len(queries), count, len(texts), args, time.perf_counter() - started
+        rows,
+        query_s,
+        bulk_s,
+        mrr,
+        auto,
+        len(queries),
+        count,
+        len(texts),
+        args,
+        time.perf_counter() - started,
+        flop / 1e9,
+        peak,
     )
     print(body)
     write_section(BENCHMARKS, "Encoder", body)
 
 
-def report(rows, query_s, bulk_s, mrr, auto, queries, items, texts, args, seconds) -> str:
+def report(rows, query_s, bulk_s, mrr, auto, queries, items, texts, args, seconds, gflop, peak) -> str:
     st_query, st_bulk = sum(query_s[ST]), sum(bulk_s[ST])
     lines = []
     for name in rows:
@@ -153,10 +211,20 @@ def report(rows, query_s, bulk_s, mrr, auto, queries, items, texts, args, second
                 f"{st_query / sum(query_s[name]):.2f}",
                 f"{texts / sum(bulk_s[name]):.0f}",
                 f"{st_bulk / sum(bulk_s[name]):.2f} ({min(per_chunk):.2f}-{max(per_chunk):.2f})",
+                f"{gflop / sum(bulk_s[name]):.0f}",
+                f"{gflop / sum(bulk_s[name]) / peak:.2f}",
             ]
         )
     speed = table(
-        ["encoder", "ms a query text", "x sentence-transformers", "bulk texts/s", "x sentence-transformers (chunks)"],
+        [
+            "encoder",
+            "ms a query text",
+            "x sentence-transformers",
+            "bulk texts/s",
+            "x sentence-transformers (chunks)",
+            "bulk GFLOP/s",
+            "x the cores' sgemm peak",
+        ],
         lines,
     )
     found = sorted(cpu_flags() & INT8_CPU_FLAGS) or ["none (AVX2: " + str("avx2" in cpu_flags()).lower() + ")"]
@@ -169,7 +237,12 @@ def report(rows, query_s, bulk_s, mrr, auto, queries, items, texts, args, second
         f"Bulk: {items} items ({texts} titles and descriptions) in {args.chunks} chunks, every contender on each chunk "
         f"in turn; metricsearch as `POST /index` encodes ({args.threads} calls of one thread, {INDEX_BATCH} texts "
         f"a call at most), sentence-transformers `encode(batch_size=32)` on {args.threads} threads; in brackets the "
-        "lowest and highest ratio of a chunk.",
+        "lowest and highest ratio of a chunk. Bulk GFLOP/s: the model's operations on those texts, unpadded, "
+        f"each distinct text of a chunk once ({gflop / 1000:.2f} TFLOP), over each contender's time, int8 counted "
+        f"as the same operations; the cores' sgemm peak: {peak:.0f} GFLOP/s (numpy float32 products of a "
+        f"feed-forward layer's shape on {args.threads} threads at once, one each). An fp32 encoder near 1.00 of it "
+        "is bound by the cores' multiply-adds: only fewer operations (a smaller model, shorter texts) or int8's "
+        "faster ones raise its rate.",
         "",
         speed,
     ]

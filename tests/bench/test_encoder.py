@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,3 +72,33 @@ def test_encoder_bench(bench_data, tmp_path):
     assert any(e.startswith("metricsearch int8") for e in encoders)
     assert {"Abt-Buy", "Walmart-Amazon", "DBLP-Scholar"} <= set(encoders)
     assert "60 items (" in run.stdout and ("Auto chose **fp32**" in run.stdout or "Auto chose **int8**" in run.stdout)
+    header = next(line for line in lines if line.startswith("| encoder |")).split("|")
+    rates = [line.split("|") for line in lines if line.startswith(("| sentence-transformers", "| metricsearch"))]
+    column = header.index(" bulk GFLOP/s ")
+    assert len(rates) == 3 and all(float(row[column]) > 0 for row in rates)
+    assert re.search(r"sgemm peak: [1-9]\d* GFLOP/s", run.stdout)
+
+
+def test_encoder_flop_is_what_pytorch_counts_for_the_same_texts(tmp_path):
+    """bench.encoder's operation count against PyTorch's own (torch.utils.flop_counter) for the tiny BERT run on each
+    text alone, unpadded: the same projections, feed-forward layers and attention products, and nothing else (the
+    pooler, which sentence-transformers never reads, left out)."""
+    import torch
+    from tokenizers import Tokenizer
+    from torch.utils.flop_counter import FlopCounterMode
+    from transformers import BertModel
+
+    from bench.encoder import encoder_flop
+
+    model = build_tiny_model(tmp_path / "model")
+    tokenizer = Tokenizer.from_file(str(model / "tokenizer.json"))
+    tokenizer.no_padding()
+    bert = BertModel.from_pretrained(str(model), add_pooling_layer=False, attn_implementation="eager").eval()
+    texts = [CORPUS[0], CORPUS[1] + " " + CORPUS[2], "a"]
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        for text in texts:
+            bert(input_ids=torch.tensor([tokenizer.encode(text).ids]))
+    assert encoder_flop(texts, model, tokenizer, max_length=128) == counter.get_total_flops()
+    longest = max(len(tokenizer.encode(text).ids) for text in texts)
+    assert encoder_flop(texts, model, tokenizer, max_length=longest - 1) < counter.get_total_flops()
