@@ -48,7 +48,8 @@ bulk calls, so its wait does not depend on their length (fp32, same machine: 15.
 
 INT8_CPU_FLAGS = frozenset({"avx512_vnni", "amx_int8"})
 """Instructions that make an int8 graph (OpenVINO) faster than fp32, for query texts and bulk alike; on a CPU with AVX2
-alone int8 is slower (BENCHMARKS.md, Encoder, measured on both kinds). AVX-VNNI (256-bit) is left out: not measured."""
+alone int8 is slower (BENCHMARKS.md: "Encoder" and "Choices behind the defaults", one kind each). AVX-VNNI
+(256-bit) is left out: not measured."""
 
 
 def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
