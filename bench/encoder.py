@@ -3,10 +3,10 @@ packaged model) on the same texts, in one run. Text queries: one short text a ca
 descriptions of real items (Walmart-Amazon's right side, Buy, wine reviews) encoded as `POST /index` encodes them
 (`Encoder.encode_bulk`, MS_INDEX_BATCH_SIZE texts a call, one call per core), in chunks that every contender encodes
 in turn, the order rotated, so drift on a shared machine hits all alike; each bulk rate also as the model's
-multiply-adds a second, against the float32 matrix-multiply peak of the same cores, so the table shows how much room
-a faster encoder has left on this CPU. Quality: each shared catalog pair ranked
-with fp32 and with int8 through `metricsearch.evaluation` (the bundle's own rerank): auto may choose int8 only if
-every pair's MRR stays within 0.005 of fp32's. Writes BENCHMARKS.md "Encoder".
+operations a second against the float32 matrix-multiply peak of the same cores, which shows how much room a faster
+encoder has left on this CPU. Quality: each shared catalog pair ranked with fp32 and with int8 through
+`metricsearch.evaluation` (the bundle's own rerank): auto may choose int8 only if every pair's MRR stays within 0.005
+of fp32's. Writes BENCHMARKS.md "Encoder".
 
     nice -n 10 .venv/bin/python -m bench.encoder [--items 10000] [--queries 300] [--chunks 10] [--threads 2]
 """
