@@ -166,7 +166,8 @@ def main() -> None:
 
             bundle = export_bundle(None, Path(work) / "bundle")
         auto = Encoder(load_bundle(bundle))
-        rows = contenders(bundle, args.model or packaged_model_dir(), args.threads)
+        model = args.model or packaged_model_dir()
+        rows = contenders(bundle, model, args.threads)
         count, texts = catalog_texts(args.items)
         rng = np.random.default_rng(0)
         titles = [t for t in texts if len(t.split()) <= 12]
@@ -177,7 +178,6 @@ def main() -> None:
         query_s = alternate(rows, [queries[i::10] for i in range(10)], 0, rounds=3)
         chunks = [texts[i :: args.chunks] for i in range(args.chunks)]
         bulk_s = alternate(rows, chunks, 1)
-        model = args.model or packaged_model_dir()
         flop = sum(encoder_flop(list(dict.fromkeys(chunk)), model, auto.tokenizer, auto.max_length) for chunk in chunks)
         peak = sgemm_peak(args.threads)
         mrr = {} if args.no_quality else quality(bundle, Path(work), args.threads)
