@@ -11,8 +11,9 @@ ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://metricsearch/item")
 
 
 def point_id(item_id: str) -> str:
-    """An item's point id in every store: Qdrant (and qdrant-edge) accept only integer or UUID point ids (the
-    external id stays in the payload); a hash, so the order of point ids is spread over any catalog."""
+    """An item's point id in a Qdrant server (the embedded store keys it by the upper half, edge/layout.point_key):
+    Qdrant accepts only integer or UUID point ids (the external id stays in the payload); a hash, so the order of
+    point ids is spread over any catalog."""
     return str(uuid.uuid5(ID_NAMESPACE, item_id))
 
 

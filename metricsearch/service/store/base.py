@@ -89,8 +89,8 @@ class SearchResult:
     vectors: dict[str, np.ndarray]
     points: list[str] | list[int]
     """Each hit's point as its store keys it, what `lexical_scores` takes, so a search's hits are scored without
-    hashing their ids again: the point id (core.records.point_id of its item id), or, in the embedded store, that
-    UUID's int (reading an int off the engine's UUID objects is about 30x cheaper than formatting a string)."""
+    hashing their ids again: the point id (core.records.point_id of its item id), or, in the embedded store, its
+    64-bit point key (edge/layout.point_key)."""
     lexical: dict[str, np.ndarray] = field(default_factory=dict)
     """Each hit's score for each `scored` query of the search (as `lexical_scores` gives them): read with its listing
     and vectors by the embedded store, in a second call by a server store."""

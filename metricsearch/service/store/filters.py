@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
 from metricsearch.core.filters import AnyOf, Condition, Equals
-from metricsearch.core.records import point_id
 from metricsearch.service.store.payload import is_number, metadata_path
 
 Node = TypeVar("Node")
@@ -36,8 +35,12 @@ class FilterNodes(Protocol, Generic[Node, Built]):
 
     def all_of(self, nodes: list[Node]) -> Node: ...
 
-    def search_filter(self, must: list[Node], excluded_points: list[str]) -> Built:
-        """Every node met, none of the points (point ids) excluded."""
+    def point(self, item_id: str) -> object:
+        """The item's point id in this engine."""
+        ...
+
+    def search_filter(self, must: list[Node], excluded_points: list) -> Built:
+        """Every node met, none of the points (`point` of each excluded item) excluded."""
         ...
 
 
@@ -47,7 +50,7 @@ def engine_filter(
     """The engine's filter for items meeting every condition, other than `exclude_ids`; None when nothing filters."""
     if not conditions and not exclude_ids:
         return None
-    return nodes.search_filter([condition_node(c, nodes) for c in conditions], [point_id(i) for i in exclude_ids])
+    return nodes.search_filter([condition_node(c, nodes) for c in conditions], [nodes.point(i) for i in exclude_ids])
 
 
 def condition_node(condition: Condition, nodes: FilterNodes[Node, Built]) -> Node:

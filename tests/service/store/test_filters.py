@@ -4,7 +4,6 @@ the search filter around them. Both engines' builders are held to the same answe
 
 from __future__ import annotations
 
-from metricsearch.core.records import point_id
 from metricsearch.service.store.base import AnyOf, Equals, Range
 from metricsearch.service.store.filters import LEAF, condition_node, engine_filter
 
@@ -26,6 +25,9 @@ class Recorded:
 
     def all_of(self, nodes):
         return ("all_of", *nodes)
+
+    def point(self, item_id):
+        return ("point", item_id)
 
     def search_filter(self, must, excluded_points):
         return ("filter", tuple(must), tuple(excluded_points))
@@ -78,4 +80,4 @@ def test_many_numbers_form_a_tree_that_meets_exactly_those_numbers():
 def test_the_search_filter_holds_the_conditions_and_the_excluded_points():
     assert engine_filter([], [], NODES) is None
     assert engine_filter([Equals("a", "x")], [], NODES) == ("filter", (("equals", "metadata.a", "x"),), ())
-    assert engine_filter([], ["item-1"], NODES) == ("filter", (), (point_id("item-1"),))
+    assert engine_filter([], ["item-1"], NODES) == ("filter", (), (("point", "item-1"),))

@@ -114,11 +114,21 @@ class HnswBuild:
         )
         return indexed_vectors_count - sparse
 
+    def start_if_unindexed(self) -> None:
+        """At open, under the write lock: start a build when builds are on and the unindexed points are above the
+        threshold (a store just upgraded or restored, or one closed while a build ran), rather than serve them by
+        brute force until `optimize_after_writes` more points are written."""
+        if self._optimize_after_writes and not self.running and self._unindexed_above_threshold():
+            self.start()
+
     def _due(self) -> bool:
         if not self._optimize_after_writes or self._writes_since_build < self._optimize_after_writes:
             return False
         if self.running:
             return False
+        return self._unindexed_above_threshold()
+
+    def _unindexed_above_threshold(self) -> bool:
         with self._live.lock:
             info = self._live.shard.info()
             indexed = self.dense_indexed(info.indexed_vectors_count)

@@ -8,6 +8,7 @@ import numpy as np
 from qdrant_edge import FieldCondition, Filter, HasIdCondition, MatchAny, MatchValue, RangeFloat
 
 from metricsearch.core.filters import Condition
+from metricsearch.service.store.edge.layout import point_key
 from metricsearch.service.store.filters import engine_filter
 
 Node = FieldCondition | Filter
@@ -31,7 +32,10 @@ class EdgeNodes:
     def all_of(self, nodes: list[Node]) -> Node:
         return Filter(must=nodes)
 
-    def search_filter(self, must: list[Node], excluded_points: list[str]) -> Filter:
+    def point(self, item_id: str) -> int:
+        return point_key(item_id)
+
+    def search_filter(self, must: list[Node], excluded_points: list[int]) -> Filter:
         return Filter(must=must or None, must_not=[HasIdCondition(set(excluded_points))] if excluded_points else None)
 
 

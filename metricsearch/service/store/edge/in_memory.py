@@ -55,7 +55,7 @@ class InMemoryCopy:
                 )
             )
             if records:
-                points = [r.id.int for r in records]
+                points = [r.id for r in records]
                 vectors = {name: np.array([r.vector[name] for r in records], dtype=np.float32) for name in sizes}
                 listings = [listing(r.payload) for r in records]
                 self.vectors.put(points, listings, vectors)

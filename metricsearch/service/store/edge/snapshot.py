@@ -21,7 +21,7 @@ from qdrant_edge import EdgeShard
 from metricsearch.core.errors import InvalidInputError, StoreUnavailableError
 from metricsearch.service.store.atomic import fsync_tree, written_whole
 from metricsearch.service.store.base import VectorSchema
-from metricsearch.service.store.edge.layout import SIDECAR, shard_dir, shard_dirs, write_sidecar
+from metricsearch.service.store.edge.layout import SIDECAR, live_generation, shard_dir, shard_dirs, write_sidecar
 from metricsearch.service.store.edge.writes import LiveShard
 from metricsearch.service.store.payload import check_schema
 
@@ -54,8 +54,9 @@ def restore(path: Path, schema: VectorSchema, source: Path, *, overwrite: bool, 
     try:
         with _holding(path):
             shutil.rmtree(staging, ignore_errors=True)
-            generation = _unpack(source, staging, schema)
-            items = count_at(staging)
+            _unpack(source, staging, schema)
+            items = count_at(staging)  # which upgrades a snapshot of an older format to a new generation
+            generation, _ = live_generation(staging, schema)
             if occupied:
                 old = _swap_in(path, shard_dir(staging, generation), schema)
             else:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -17,7 +16,6 @@ from qdrant_edge import SparseVector as EdgeSparseVector
 
 from metricsearch.core.errors import InvalidInputError, StoreUnavailableError
 from metricsearch.core.lexical import SparseVector
-from metricsearch.core.records import point_id
 from metricsearch.service.config import Settings
 from metricsearch.service.store import base
 from metricsearch.service.store.auto_index import AutoIndex
@@ -81,7 +79,9 @@ class EdgeStore:
         self._schema = schema
         config = layout.engine_config(schema, indexing_threshold_kb)
         try:
-            generation = layout.live_generation(self._path, schema)
+            generation, store_format = layout.live_generation(self._path, schema)
+            if store_format < layout.FORMAT:
+                generation = layout.upgrade(self._path, generation, config, schema)
             shard = layout.open_shard(self._path, layout.shard_dir(self._path, generation), config)
         except OSError as e:
             raise StoreUnavailableError(
@@ -113,6 +113,8 @@ class EdgeStore:
         self._payload_indexes = self._read_payload_indexes()
         self._copy = InMemoryCopy(schema)
         self._copy.load(shard)
+        with self._live.write_lock:
+            self._build.start_if_unindexed()
 
     @classmethod
     def from_settings(
@@ -165,10 +167,30 @@ class EdgeStore:
     def upsert(self, items: Sequence[StoredItem]) -> None:
         if not items:
             return
-        ids = [point_id(it.id) for it in items]
-        points = [Point(pid, self._point_vectors(it), to_payload(it)) for pid, it in zip(ids, items, strict=True)]
-        keys = [uuid.UUID(pid).int for pid in ids]
-        self._write(UpdateOperation.upsert_points(points), len(points), functools.partial(self._copy.put, keys, items))
+        keys = self.points([it.id for it in items])
+        points = [Point(key, self._point_vectors(it), to_payload(it)) for key, it in zip(keys, items, strict=True)]
+        with self._live.write_lock:
+            self._refuse_shared_keys(keys, items)
+            written = self._apply(
+                UpdateOperation.upsert_points(points), len(points), functools.partial(self._copy.put, keys, items)
+            )
+        self._live.sync(written)
+
+    def _refuse_shared_keys(self, keys: Sequence[int], items: Sequence[StoredItem]) -> None:
+        """Two item ids of one point key (layout.point_key): the second would replace the first, so it is refused.
+        Under the write lock, so no write between the check and the upsert changes what a key holds."""
+        owners: dict[int, str] = {}
+        for key, item in zip(keys, items, strict=True):
+            if owners.setdefault(key, item.id) != item.id:
+                raise InvalidInputError(f"items {owners[key]!r} and {item.id!r} share a point key: rename one")
+        with self._live.lock:
+            held = [key for key in owners if key in self._copy.vectors]
+            listings = self._copy.vectors.entries(held)
+        for key, listing in zip(held, listings, strict=True):
+            if listing.id != owners[key]:
+                raise InvalidInputError(
+                    f"item {owners[key]!r} shares a point key with the stored item {listing.id!r}: rename it"
+                )
 
     def _point_vectors(self, item: StoredItem) -> dict[str, object]:
         sparse = sparse_lists(item, self._schema.sparse)
@@ -178,7 +200,7 @@ class EdgeStore:
         }
 
     def delete(self, ids: Sequence[str]) -> int:
-        point_ids = list(dict.fromkeys(point_id(i) for i in ids))
+        point_ids = list(dict.fromkeys(self.points(ids)))
         if not point_ids:
             return 0
         live = self._live
@@ -207,7 +229,7 @@ class EdgeStore:
             self.auto_index.saw(conditions)
         return deleted
 
-    def _pages_to_delete(self, conditions: Sequence[Condition]) -> Iterator[list[uuid.UUID]]:
+    def _pages_to_delete(self, conditions: Sequence[Condition]) -> Iterator[list[int]]:
         """The points meeting the conditions, a page at a time: by the engine where payload indexes serve the filter
         (each page read after the one before it was deleted), else all at once from the metadata index, since the
         engine would read every point's payload for each page."""
@@ -216,7 +238,7 @@ class EdgeStore:
             with live.lock:
                 points = copy.vectors.points_at(copy.metadata.matching(conditions))
             for start in range(0, len(points), base.DELETE_PAGE):
-                yield [uuid.UUID(int=p) for p in points[start : start + base.DELETE_PAGE]]
+                yield points[start : start + base.DELETE_PAGE]
             return
         request = ScrollRequest(
             limit=base.DELETE_PAGE, filter=edge_filter(conditions, ()), with_payload=False, with_vector=False
@@ -228,11 +250,11 @@ class EdgeStore:
                 return
             yield [r.id for r in records]
 
-    def _deletion(self, points: Sequence[uuid.UUID]) -> UpdateOperation:
-        return UpdateOperation.delete_points([str(p) for p in points])
+    def _deletion(self, points: Sequence[int]) -> UpdateOperation:
+        return UpdateOperation.delete_points(list(points))
 
-    def _forgetting(self, points: Sequence[uuid.UUID]) -> Callable[[], None]:
-        return functools.partial(self._copy.forget, [p.int for p in points])
+    def _forgetting(self, points: Sequence[int]) -> Callable[[], None]:
+        return functools.partial(self._copy.forget, list(points))
 
     def create_index(self, key: str, kind: str) -> None:
         """A write like any other: journaled, so a running HNSW build's copy gets the index too and its swap does
@@ -246,11 +268,6 @@ class EdgeStore:
             self._payload_indexes = {**self._payload_indexes, key: kind}
         self._live.sync(written)
 
-    def _write(self, operation: UpdateOperation, n_points: int, also: Callable[[], None]) -> None:
-        with self._live.write_lock:
-            written = self._apply(operation, n_points, also)
-        self._live.sync(written)
-
     def _apply(self, operation: UpdateOperation, n_points: int, also: Callable[[], None]) -> int:
         """One write to the shard and the in-memory copies; the caller holds the write lock."""
         written = self._live.apply(operation, also)
@@ -260,7 +277,7 @@ class EdgeStore:
     # --- reads
 
     def get(self, ids: Sequence[str], *, with_vectors: bool = False) -> dict[str, StoredItem]:
-        point_ids = list(dict.fromkeys(point_id(i) for i in ids))
+        point_ids = list(dict.fromkeys(self.points(ids)))
         if not point_ids:
             return {}
         copy = self._copy
@@ -270,7 +287,7 @@ class EdgeStore:
             # (the engine's come back as lists of floats, 0.08 ms an item), the sparse ones as the term rows hold
             # them, so an item's query needs no analysis of its texts.
             if with_vectors:
-                rows = copy.vectors.row_of([r.id.int for r in records])
+                rows = copy.vectors.row_of([r.id for r in records])
                 dense = copy.vectors.take(rows)[1]
                 sparse = [copy.terms.vectors(row) for row in rows.tolist()]
         if not with_vectors:
@@ -339,8 +356,7 @@ class EdgeStore:
         where = edge_filter(conditions, () if dropped else exclude_ids)
         request = planner.engine_request(vector, self._schema.ann, limit, len(dropped), where, params, lexical)
         hits = self._live.shard.query(request)
-        # Each hit's point read once (the engine makes a UUID object per read) and its score, in one pass apiece.
-        points = [hit.id.int for hit in hits]
+        points = [hit.id for hit in hits]
         scores = np.fromiter([hit.score for hit in hits], dtype=np.float32, count=len(hits))
         if not dropped.isdisjoint(points):
             kept = [n for n, point in enumerate(points) if point not in dropped]
@@ -356,14 +372,15 @@ class EdgeStore:
         return [from_payload(r.payload, r.vector, self._schema.sizes) for r in records]
 
     def scroll(self, offset: str | None, limit: int) -> tuple[list[StoredItem], str | None]:
-        request = ScrollRequest(offset=offset, limit=limit, with_payload=True, with_vector=False)
+        start = None if offset is None else int(offset)  # the point key of the page's first item, as returned below
+        request = ScrollRequest(offset=start, limit=limit, with_payload=True, with_vector=False)
         with self._live.lock:
             records, following = self._live.shard.scroll(request)
         return [from_payload(r.payload) for r in records], None if following is None else str(following)
 
     def points(self, ids: Sequence[str]) -> list[int]:
-        """Each point id's UUID as an int: the key of the in-memory copies."""
-        return [uuid.UUID(point_id(i)).int for i in ids]
+        """Each item's point key (layout.point_key): its point in the shard and in the in-memory copies."""
+        return [layout.point_key(i) for i in ids]
 
     def lexical_scores(
         self, queries: Mapping[str, SparseVector], points: Sequence[int], using: Mapping[str, str] | None = None

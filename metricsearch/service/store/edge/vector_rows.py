@@ -52,6 +52,9 @@ class VectorRows(Generic[Entry]):
     def __len__(self) -> int:
         return len(self._rows)
 
+    def __contains__(self, point: Hashable) -> bool:
+        return point in self._rows
+
     @property
     def nbytes(self) -> int:
         """Bytes of the rows in use (a block's unwritten rows take no memory)."""

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from qdrant_client import models as qm
 
 from metricsearch.core.filters import Condition
+from metricsearch.core.records import point_id
 from metricsearch.service.store.filters import engine_filter
 
 Node = qm.FieldCondition | qm.Filter
@@ -27,6 +28,9 @@ class ClientNodes:
 
     def all_of(self, nodes: list[Node]) -> Node:
         return qm.Filter(must=nodes)
+
+    def point(self, item_id: str) -> str:
+        return point_id(item_id)
 
     def search_filter(self, must: list[Node], excluded_points: list[str]) -> qm.Filter:
         must_not: list[qm.Condition] = [qm.HasIdCondition(has_id=excluded_points)] if excluded_points else []

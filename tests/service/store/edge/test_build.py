@@ -97,6 +97,26 @@ def test_build_starts_after_enough_writes(tmp_path, items):
         store.close()
 
 
+def test_a_store_opened_with_points_above_the_threshold_unindexed_builds_at_open(tmp_path, items):
+    """As a store upgraded at open, restored, or closed while a build ran is; one indexed already does not build."""
+    for _ in range(2):
+        store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=0, indexing_threshold_kb=1)
+        store.upsert(items(range(300)))
+        store.close()
+    assert shard_dirs(tmp_path / "s") == ["shard-1"], "builds off: none at open"
+    store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=200, indexing_threshold_kb=1)
+    try:
+        assert store.wait_for_maintenance(60) and store.has_hnsw and shard_dirs(tmp_path / "s") == ["shard-2"]
+    finally:
+        store.close()
+    store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=200, indexing_threshold_kb=1)
+    try:
+        assert store.wait_for_maintenance(0) and shard_dirs(tmp_path / "s") == ["shard-2"]
+        assert store.count() == 300
+    finally:
+        store.close()
+
+
 def test_no_build_below_the_engine_threshold(tmp_path, items):
     """With the default threshold (about 10 MB a vector name) a build of a few hundred points would index nothing."""
     store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=100)

@@ -5,10 +5,13 @@ HNSW build (test_build.py), snapshots (test_snapshot.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from metricsearch.core.errors import InvalidInputError
 from metricsearch.service.config import Settings
 from metricsearch.service.store import EdgeStore, open_store
 from metricsearch.service.store.base import Equals, Range
@@ -93,3 +96,21 @@ def test_an_item_read_with_its_vectors_has_those_a_search_ranks_it_by(tmp_path, 
     assert read["item-1"].content_hash == items(range(3), seed=1, version=1)[1].content_hash
     assert store.get(["item-1"])["item-1"].vectors == {}
     store.close()
+
+
+def test_an_item_whose_point_key_another_item_holds_is_refused_and_nothing_is_lost(tmp_path, items, monkeypatch):
+    """Keys are 64-bit hashes (layout.point_key): a shared one, forced here, would replace the other item."""
+    store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=0)
+    try:
+        first, second, third = items(range(3))
+        store.upsert([first])
+        shared = layout.point_key(first.id)
+        monkeypatch.setattr(layout, "point_key", lambda item_id: shared)
+        with pytest.raises(InvalidInputError, match="'item-1' shares a point key with the stored item 'item-0'"):
+            store.upsert([second])
+        with pytest.raises(InvalidInputError, match="items 'item-1' and 'item-2' share a point key"):
+            store.upsert([second, third])
+        store.upsert([replace(first, title="renamed")])  # the item that holds the key is replaced as ever
+        assert store.count() == 1 and store.get([first.id])[first.id].title == "renamed"
+    finally:
+        store.close()
