@@ -183,14 +183,15 @@ def _copy_points(old: EdgeShard, new: EdgeShard, vectors: list[str]) -> int:
         )
         points = []
         for record in records:
-            item_id = record.payload["id"]
+            payload = record.payload  # read once: each read converts it anew
+            item_id = payload["id"]
             key = point_key(item_id)
             if owners.setdefault(key, item_id) != item_id:
                 raise StoreMismatchError(
                     f"items {owners[key]!r} and {item_id!r} share a point key, so format {FORMAT} cannot hold both: "
                     "rename one and re-index the catalog"
                 )
-            points.append(Point(key, dict(record.vector), record.payload))
+            points.append(Point(key, dict(record.vector), payload))
         if points:
             new.update(UpdateOperation.upsert_points(points))
         if offset is None:
