@@ -33,9 +33,9 @@ from qdrant_edge import (
     UpdateOperation,
 )
 
-from metricsearch.core.errors import StoreMismatchError, StoreUnavailableError
+from metricsearch.core.errors import MetricSearchError, StoreMismatchError, StoreUnavailableError
 from metricsearch.core.records import ID_NAMESPACE
-from metricsearch.service.store.atomic import written_whole
+from metricsearch.service.store.atomic import fsync_tree, written_whole
 from metricsearch.service.store.base import VectorSchema
 from metricsearch.service.store.payload import check_schema
 
@@ -150,27 +150,42 @@ def open_shard(path: Path, folder: Path, config: EdgeConfig) -> EdgeShard:
 
 def upgrade(path: Path, generation: int, config: EdgeConfig, schema: VectorSchema) -> int:
     """Rewrite a format-1 store's live shard as the next generation with integer point keys, then make it live;
-    returns that generation. The old one stays whole until store.json names the new, so a crash meanwhile leaves a
-    format-1 store that the next open upgrades again. The points land unindexed: the store
-    starts a background HNSW build once open (HnswBuild.start_if_unindexed)."""
+    returns that generation. The old one stays whole until store.json names the new, so a failure or a crash
+    meanwhile leaves a format-1 store that the next open upgrades again. The points land unindexed: the store starts
+    a background HNSW build once open (HnswBuild.start_if_unindexed)."""
     old_folder, new_folder = shard_dir(path, generation), shard_dir(path, generation + 1)
     shutil.rmtree(new_folder, ignore_errors=True)
     old = open_shard(path, old_folder, config)
     try:
-        new = EdgeShard.create(str(new_folder), config)
-        try:
-            for field, info in old.info().payload_schema.items():  # the id index and every metadata index
-                new.update(UpdateOperation.create_field_index(field, info.data_type))
-            points = _copy_points(old, new, [*schema.sizes, *schema.sparse])
-            new.flush()
-        finally:
-            new.close()
+        points = _rewritten(old, new_folder, config, [*schema.sizes, *schema.sparse])
+        fsync_tree(new_folder)
+    except Exception as e:
+        shutil.rmtree(new_folder, ignore_errors=True)
+        if isinstance(e, MetricSearchError):
+            raise
+        raise StoreUnavailableError(
+            f"upgrading the embedded store at {path} to format {FORMAT} failed ({e}); the store is unchanged. The "
+            "upgrade writes a copy of the store beside it: free as much disk, then start again"
+        ) from e
     finally:
         old.close()
     write_sidecar(path, schema, generation + 1)
     shutil.rmtree(old_folder)
     logger.info("upgraded the embedded store at %s to format %d (%d points re-keyed)", path, FORMAT, points)
     return generation + 1
+
+
+def _rewritten(old: EdgeShard, folder: Path, config: EdgeConfig, vectors: list[str]) -> int:
+    """A new shard in `folder` with `old`'s payload indexes (the item id's and every metadata key's) and points."""
+    new = EdgeShard.create(str(folder), config)
+    try:
+        for field, info in old.info().payload_schema.items():
+            new.update(UpdateOperation.create_field_index(field, info.data_type))
+        points = _copy_points(old, new, vectors)
+        new.flush()
+        return points
+    finally:
+        new.close()
 
 
 def _copy_points(old: EdgeShard, new: EdgeShard, vectors: list[str]) -> int:
@@ -184,7 +199,12 @@ def _copy_points(old: EdgeShard, new: EdgeShard, vectors: list[str]) -> int:
         points = []
         for record in records:
             payload = record.payload  # read once: each read converts it anew
-            item_id = payload["id"]
+            item_id = payload.get("id")
+            if not isinstance(item_id, str):
+                raise StoreMismatchError(
+                    f"a point of the store holds no item id ({str(payload)[:200]}): it is damaged; restore a "
+                    "snapshot (`metricsearch snapshot restore`), or move the store away and re-index the catalog"
+                )
             key = point_key(item_id)
             if owners.setdefault(key, item_id) != item_id:
                 raise StoreMismatchError(

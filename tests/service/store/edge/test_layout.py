@@ -169,3 +169,37 @@ def test_an_upgrade_that_meets_two_items_of_one_key_stops_and_keeps_the_old_stor
         assert store.count() == len(stored) and shard_dirs(tmp_path / "old") == ["shard-2"]
     finally:
         store.close()
+
+
+def test_an_upgrade_that_fails_midway_says_what_to_do_and_leaves_the_old_store(tmp_path, monkeypatch):
+    stored = lexical_items(np.random.default_rng(0))
+    format_one_store(tmp_path / "old", LEXICAL, stored)
+
+    def disk_full(old, new, vectors):
+        new.update(UpdateOperation.upsert_points([]))
+        raise RuntimeError("No space left on device (os error 28)")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(layout, "_copy_points", disk_full)
+        with pytest.raises(StoreUnavailableError, match=r"No space left.*unchanged.*free as much disk"):
+            EdgeStore(tmp_path / "old", LEXICAL, optimize_after_writes=0)
+    assert shard_dirs(tmp_path / "old") == ["shard-1"], "the half-written copy is removed"
+    assert json.loads((tmp_path / "old" / layout.SIDECAR).read_text())["format"] == 1
+    store = EdgeStore(tmp_path / "old", LEXICAL, optimize_after_writes=0)
+    try:
+        assert store.count() == len(stored)
+    finally:
+        store.close()
+
+
+def test_a_point_without_an_item_id_stops_the_upgrade_with_a_message(tmp_path):
+    stored = lexical_items(np.random.default_rng(0))
+    format_one_store(tmp_path / "old", LEXICAL, stored)
+    shard = layout.open_shard(
+        tmp_path / "old", layout.shard_dir(tmp_path / "old", 1), layout.engine_config(LEXICAL, None)
+    )
+    shard.update(UpdateOperation.upsert_points([Point(point_id("stray"), {"ann": [1.0] * 8}, {"title": "no id"})]))
+    shard.close()
+    with pytest.raises(StoreMismatchError, match=r"holds no item id.*damaged.*snapshot restore"):
+        EdgeStore(tmp_path / "old", LEXICAL, optimize_after_writes=0)
+    assert shard_dirs(tmp_path / "old") == ["shard-1"]
