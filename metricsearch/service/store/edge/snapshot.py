@@ -90,9 +90,9 @@ def _holding(path: Path) -> Iterator[None]:
         yield
 
 
-def _unpack(source: Path, target: Path, schema: VectorSchema) -> int:
-    """Extract a snapshot made for `schema`'s bundle and return its generation; zero blocks become holes, so the
-    engine's sparse files stay sparse."""
+def _unpack(source: Path, target: Path, schema: VectorSchema) -> None:
+    """Extract a snapshot made for `schema`'s bundle, checking it holds the generation it names; zero blocks become
+    holes, so the engine's sparse files stay sparse."""
     try:
         with tarfile.open(source, "r:gz") as archive:
             for member in archive:
@@ -129,7 +129,6 @@ def _unpack(source: Path, target: Path, schema: VectorSchema) -> int:
     )
     if not shard_dir(target, generation).is_dir():
         raise InvalidInputError(f"{source} holds no shard-{generation}/, which its {SIDECAR} names: it is damaged")
-    return generation
 
 
 def _swap_in(path: Path, staged_shard: Path, schema: VectorSchema) -> list[Path]:
