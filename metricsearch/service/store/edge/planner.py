@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-from qdrant_edge import Filter, Prefetch, Query, QueryRequest, SearchParams
+from qdrant_edge import Filter, Prefetch, QuantizationSearchParams, Query, QueryRequest, SearchParams
 from qdrant_edge import Fusion as EdgeFusion
 from qdrant_edge import SparseVector as EdgeSparseVector
 
@@ -31,6 +31,10 @@ EXACT_FILTERED_MAX = 20_000
 through the filter's payload indexes, rather than walking the HNSW graph: past the engine's own full-scan threshold
 (about 3,300 points of 768 floats) the walk meets too few of the points a filter keeps, and the cost of comparing
 grows with the points kept, hence the bound (BENCHMARKS.md, "Choices behind the defaults")."""
+RESCORED = QuantizationSearchParams(rescore=True)
+"""An HNSW walk ranks by the ANN vector's int8 copies (layout.ANN_INT8), then its hits by their floats: without it the
+engine hands back int8 scores (off by up to 0.01 at 768 floats)."""
+WALK = SearchParams(quantization=RESCORED)
 FILTERED_EF_MAX = 8
 """The widest beam a filtered walk gets, in multiples of its limit: the engine's default beam (the limit) finds too
 few of a filter's nearest when it keeps a part of the points, a wider one more of them at a few ms more
@@ -49,16 +53,16 @@ def in_process(conditions: Sequence[Condition], indexes: Mapping[str, str]) -> b
     return not served_by_indexes(conditions, indexes)
 
 
-def engine_params(limit: int, kept: int | None, total: int) -> SearchParams | None:
+def engine_params(limit: int, kept: int | None, total: int) -> SearchParams:
     """How the engine searches for the `limit` nearest of the `kept` points a filter keeps out of `total` (None: no
-    filter, its default HNSW walk): each of them compared when they are few (EXACT_FILTERED_MAX), else a walk whose
-    beam is as many times wider than `limit` as the filter keeps fewer than all points (FILTERED_EF_MAX at most), so
-    it meets about as many kept points as an unfiltered walk does."""
+    filter, the engine's default HNSW walk): each of them compared when they are few (EXACT_FILTERED_MAX), else a walk
+    whose beam is as many times wider than `limit` as the filter keeps fewer than all points (FILTERED_EF_MAX at
+    most), so it meets about as many kept points as an unfiltered walk does. A walk's hits are rescored (RESCORED)."""
     if kept is None:
-        return None
+        return WALK
     if kept <= EXACT_FILTERED_MAX:
-        return SearchParams(exact=True)
-    return SearchParams(hnsw_ef=min(FILTERED_EF_MAX * limit, math.ceil(limit * total / kept)))
+        return SearchParams(exact=True)  # on the floats: the engine's exact search reads no int8 copies
+    return SearchParams(hnsw_ef=min(FILTERED_EF_MAX * limit, math.ceil(limit * total / kept)), quantization=RESCORED)
 
 
 def dropped_rather_than_filtered(exclude_ids: Sequence[str]) -> bool:
@@ -71,7 +75,7 @@ def engine_request(
     limit: int,
     extra: int,
     where: Filter | None,
-    params: SearchParams | None,
+    params: SearchParams,
     lexical: Mapping[str, SparseVector],
 ) -> QueryRequest:
     """The engine's search for the `limit` nearest on vector `using` (`params`: engine_params), with a prefetch of

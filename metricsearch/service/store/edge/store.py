@@ -346,7 +346,7 @@ class EdgeStore:
         conditions: Sequence[Condition],
         exclude_ids: Sequence[str],
         lexical: Mapping[str, SparseVector],
-        params: SearchParams | None,
+        params: SearchParams,
     ) -> tuple[list[int], np.ndarray]:
         """The engine's search (planner.engine_request), its hits' points and scores best first; under the lock. A
         few excluded ids (a by-id query's own item) are dropped from the hits of a search that asks for as many more,

@@ -15,7 +15,7 @@ import pytest
 
 from metricsearch.core.lexical import term_vector
 from metricsearch.service.store import EdgeStore
-from metricsearch.service.store.edge import build
+from metricsearch.service.store.edge import build, layout
 from tests.service.store.conftest import SCHEMA, Reference
 from tests.service.store.edge.test_store import assert_same_answers, shard_dirs
 
@@ -223,3 +223,56 @@ def test_the_optimiser_runs_at_the_lowest_priority_and_the_service_keeps_its_own
         store.close()
     assert int(seen.read_text()) == build.BUILD_NICE
     assert os.getpriority(os.PRIO_PROCESS, 0) == own
+
+
+def _int8_segments(store_path: Path) -> int:
+    """Segments of the live shard holding int8 copies of the ANN vector (the engine writes them beside its floats)."""
+    return len(list(store_path.glob(f"shard-*/segments/*/vector_storage-{SCHEMA.ann}/quantized.data")))
+
+
+def test_a_build_gives_the_ann_vector_int8_copies_and_searches_keep_float_scores(tmp_path, items):
+    """The walk ranks by int8 copies and rescores its hits; an exact search (a filter a payload index serves) compares
+    the floats: both answer as the brute-force reference does, with its scores."""
+    reference = Reference()
+    store = EdgeStore(
+        tmp_path / "s",
+        SCHEMA,
+        optimize_after_writes=0,
+        indexing_threshold_kb=1,
+        indexed_fields={"new": "bool", "price": "float"},
+    )
+    try:
+        store.upsert(items(range(600)))
+        reference.upsert(items(range(600)))
+        assert _int8_segments(tmp_path / "s") == 0, "no copies before a build"
+        store.optimize_now()
+        assert store.wait_for_maintenance(60) and store.has_hnsw
+        assert _int8_segments(tmp_path / "s") == 1
+        assert_same_answers(store, reference)
+    finally:
+        store.close()
+
+
+def test_a_store_built_without_int8_copies_gets_them_at_its_next_build(tmp_path, items, monkeypatch):
+    """A store an earlier version built keeps answering as it is, and its next build (after enough writes, or on
+    demand) adds the copies: the engine rebuilds a segment whose configuration differs from the shard's."""
+    reference = Reference()
+    monkeypatch.setattr(layout, "ANN_INT8", None)
+    store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=0, indexing_threshold_kb=1)
+    store.upsert(items(range(600)))
+    reference.upsert(items(range(600)))
+    store.optimize_now()
+    assert store.wait_for_maintenance(60) and store.has_hnsw
+    store.close()
+    assert _int8_segments(tmp_path / "s") == 0
+    monkeypatch.undo()
+
+    store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=0, indexing_threshold_kb=1)
+    try:
+        assert_same_answers(store, reference)
+        store.optimize_now()
+        assert store.wait_for_maintenance(60)
+        assert _int8_segments(tmp_path / "s") == 1 and shard_dirs(tmp_path / "s") == ["shard-3"]
+        assert_same_answers(store, reference)
+    finally:
+        store.close()

@@ -32,10 +32,12 @@ def test_an_index_serves_a_filter_when_its_type_holds_every_kind_the_filter_can_
 
 
 def test_few_kept_points_are_compared_and_many_get_a_wider_walk():
-    assert engine_params(10, None, 100_000) is None, "no filter: the engine's own walk"
+    plain = engine_params(10, None, 100_000)
+    assert not plain.exact and plain.hnsw_ef is None, "no filter: the engine's own walk"
     assert engine_params(10, EXACT_FILTERED_MAX, 100_000).exact
     wider = engine_params(10, 50_000, 100_000)
     assert not wider.exact and wider.hnsw_ef == 20, "half the points kept: a beam twice the limit"
+    assert plain.quantization.rescore and wider.quantization.rescore, "a walk's hits scored by their floats"
     assert engine_params(10, 90_000, 100_000).hnsw_ef == math.ceil(10 * 100_000 / 90_000)
     assert engine_params(10, EXACT_FILTERED_MAX + 1, 10**7).hnsw_ef == FILTERED_EF_MAX * 10, "at most this wide"
 
@@ -53,6 +55,6 @@ def test_an_indexed_filter_asks_the_engine_for_an_exhaustive_search(tmp_path, it
         assert len(store.search(query_vector(0), 5, [Equals("color", "red")]).ids) == 5
         assert len(store.search(query_vector(0), 5).ids) == 5
         exhaustive, again, plain = (request.params for request in asked)
-        assert exhaustive.exact and again.exact and plain is None
+        assert exhaustive.exact and again.exact and not plain.exact
     finally:
         store.close()
