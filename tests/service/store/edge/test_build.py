@@ -225,9 +225,11 @@ def test_the_optimiser_runs_at_the_lowest_priority_and_the_service_keeps_its_own
     assert os.getpriority(os.PRIO_PROCESS, 0) == own
 
 
-def _int8_segments(store_path: Path) -> int:
-    """Segments of the live shard holding int8 copies of the ANN vector (the engine writes them beside its floats)."""
-    return len(list(store_path.glob(f"shard-*/segments/*/vector_storage-{SCHEMA.ann}/quantized.data")))
+def _int8_copies(store_path: Path) -> tuple[int, int]:
+    """The live shard's segments with an HNSW graph on the ANN vector, and how many of them also hold its int8 copies
+    (the engine's files: each beside that vector's floats)."""
+    graphs = [s for s in store_path.glob("shard-*/segments/*") if (s / f"vector_index-{SCHEMA.ann}").is_dir()]
+    return len(graphs), sum((s / f"vector_storage-{SCHEMA.ann}" / "quantized.data").exists() for s in graphs)
 
 
 def test_a_build_gives_the_ann_vector_int8_copies_and_searches_keep_float_scores(tmp_path, items):
@@ -244,10 +246,11 @@ def test_a_build_gives_the_ann_vector_int8_copies_and_searches_keep_float_scores
     try:
         store.upsert(items(range(600)))
         reference.upsert(items(range(600)))
-        assert _int8_segments(tmp_path / "s") == 0, "no copies before a build"
+        assert _int8_copies(tmp_path / "s") == (0, 0), "no graph and no copies before a build"
         store.optimize_now()
         assert store.wait_for_maintenance(60) and store.has_hnsw
-        assert _int8_segments(tmp_path / "s") == 1
+        graphs, copies = _int8_copies(tmp_path / "s")
+        assert graphs >= 1 and copies == graphs
         assert_same_answers(store, reference)
     finally:
         store.close()
@@ -264,7 +267,8 @@ def test_a_store_built_without_int8_copies_gets_them_at_its_next_build(tmp_path,
     store.optimize_now()
     assert store.wait_for_maintenance(60) and store.has_hnsw
     store.close()
-    assert _int8_segments(tmp_path / "s") == 0
+    graphs, copies = _int8_copies(tmp_path / "s")
+    assert graphs >= 1 and copies == 0
     monkeypatch.undo()
 
     store = EdgeStore(tmp_path / "s", SCHEMA, optimize_after_writes=0, indexing_threshold_kb=1)
@@ -272,7 +276,8 @@ def test_a_store_built_without_int8_copies_gets_them_at_its_next_build(tmp_path,
         assert_same_answers(store, reference)
         store.optimize_now()
         assert store.wait_for_maintenance(60)
-        assert _int8_segments(tmp_path / "s") == 1 and shard_dirs(tmp_path / "s") == ["shard-3"]
+        graphs, copies = _int8_copies(tmp_path / "s")
+        assert graphs >= 1 and copies == graphs and shard_dirs(tmp_path / "s") == ["shard-3"]
         assert_same_answers(store, reference)
     finally:
         store.close()
